@@ -1,0 +1,5 @@
+"""template_log rules, registered in this explicit tuple."""
+
+from types import ModuleType
+
+RULES: tuple[ModuleType, ...] = ()

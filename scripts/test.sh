@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One command: every check. Lint, types, migrations (SQLite and PostgreSQL), and the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+. .venv/bin/activate
+export KAUDIT_TEST_PG_URL=${KAUDIT_TEST_PG_URL:-postgresql://postgres@127.0.0.1:5432/test}
+export TRITON_INTERPRET=1
+echo "== ruff"; ruff check .
+echo "== mypy"; mypy service ingest audit_rules graders
+echo "== alembic (sqlite + postgresql)"; python scripts/check_migrations.py
+echo "== pytest"; python -m pytest -n 2 -q "$@"
