@@ -88,6 +88,8 @@ class VerdictResult:
     probes_run: list[dict[str, Any]] = field(default_factory=list)  # graders.results.ProbeResult as dicts
     produced_by: Producer = Producer.AUDIT
     producer_detail: str = ""  # e.g. "kaudit 0.1.0 rules=37" or "regrade job 12"
+    # Audit facts for the report (archive sha, deck, framework, transcripts, rules run...).
+    context: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The verdict object of the spec, JSON-ready (what `kaudit audit --json` prints)."""

@@ -50,6 +50,9 @@ class Provenance:
     grader_version: str
     device: str  # "cuda" or "cpu"
     smoke: bool  # CPU interpreter run at reduced shapes
+    # Added by the regrade author: step wall times, sandbox fallback reason, lock details, GPU
+    # processes waited out... (defaulted, so older constructors keep working).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,3 +83,6 @@ class GradeResult:
     framework: str | None  # triton / cuda_raw / ptx / cutlass / torch-only
     provenance: Provenance | None
     probes: list[ProbeResult] = field(default_factory=list)
+    # Added by the regrade author: why an infra failure / failure happened, in plain words
+    # (check_lines stay pure check.log grammar).
+    detail: str | None = None

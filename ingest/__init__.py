@@ -1,0 +1,1 @@
+"""Safe archive ingest and parsing: pure library, no web or database imports."""

@@ -56,6 +56,9 @@ class Limits:
     max_total_bytes: int = 1 << 30  # 1 GiB unpacked, counted as bytes actually read
     max_file_bytes: int = 512 << 20  # 512 MiB per member
     max_ratio: float = 200.0  # unpacked / compressed, whole archive and per member
+    # The ratio is only judged once this many bytes were unpacked: a 300-byte archive holding
+    # 100 kB of one repeated log line is not a bomb, and tiny archives have huge ratios.
+    ratio_min_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -239,3 +242,4 @@ class ParsedRun:
     transcripts: list[TranscriptStats]  # one per transcript-like file (transcript.jsonl, codex_session.jsonl)
     template: TemplateIntegrity | None
     warnings: list[str] = field(default_factory=list)  # non-fatal oddities (e.g. unparsable lines)
+    regrade_record: dict[str, Any] | None = None  # result.regrade.json when present (a JSON object)

@@ -1,0 +1,349 @@
+"""The audit engine: build the AuditContext, run every registered rule, synthesize the verdict.
+
+* STATIC, TEMPLATE and LOG rules: ``check(ctx)`` is called once each.
+* TRANSCRIPT rules: one ``Checker(ctx)`` per rule; each transcript file is streamed ONCE
+  (``ingest.transcripts.iter_events``) and every event is fed to every checker, so an 80 MB
+  transcript is never held in memory and never read twice.
+* A rule that raises does not stop the audit: it yields an ADVISORY "rule crashed" finding
+  naming the rule and the exception (tests keep the corpus free of such findings).
+* Findings are de-duplicated, then `audit_rules.synthesis.synthesize` decides the verdict.
+
+`audit_path` unpacks an archive into a temporary folder first (removed afterwards) and, when
+asked to, runs kaudit's isolated regrade with the probes the findings require, then
+synthesizes again with the GradeResult.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import shutil
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from audit_rules import kaudit_version
+from audit_rules.base import AuditContext, Effect, Finding, Probe, ProblemInfo, RuleKind, Severity
+from audit_rules.registry import RULES, meta_of
+from audit_rules.source_model import build_submission
+from audit_rules.synthesis import dedup_findings, sort_findings, synthesize
+from audit_rules.verdicts import VerdictResult
+from graders.results import GradeResult
+from ingest.archive import safe_unpack
+from ingest.model import DeckSnapshot, ParsedRun, TranscriptEvent, UnpackedArchive
+from ingest.run import parse_run, sidecar_paths, solution_sources
+from ingest.transcripts import TRANSCRIPT_FILES, iter_events
+
+log = logging.getLogger(__name__)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Problem info
+
+
+def _deck_for(decks: Sequence[DeckSnapshot], problem: str, prefer: str | None = None) -> DeckSnapshot | None:
+    holding = [d for d in decks if problem in d.problems]
+    if prefer is not None:
+        for d in holding:
+            if d.name == prefer:
+                return d
+    with_root = [d for d in holding if d.root is not None]
+    candidates = with_root or holding
+    return candidates[0] if candidates else None
+
+
+def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str | None = None) -> ProblemInfo | None:
+    """ProblemInfo from the registered deck's problem.yaml (None when no deck holds the problem)."""
+    if not problem:
+        return None
+    deck = _deck_for(decks, problem, prefer)
+    if deck is None:
+        return None
+    raw: dict[str, Any] = {}
+    if deck.root is not None:
+        path = Path(deck.root) / problem / "problem.yaml"
+        if path.is_file():
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            if isinstance(loaded, dict):
+                raw = loaded
+    forbidden = raw.get("forbidden") or []
+    return ProblemInfo(
+        problem_id=problem,
+        deck=deck.name,
+        regime=raw.get("regime"),
+        precision=raw.get("precision"),
+        forbidden=[str(x) for x in forbidden] if isinstance(forbidden, list) else [],
+        required_framework=raw.get("required_framework"),
+        allows_lower_precision=bool(raw.get("allows_lower_precision", False)),
+        raw=raw,
+    )
+
+
+def deck_root(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str | None = None) -> Path | None:
+    if not problem:
+        return None
+    deck = _deck_for(decks, problem, prefer)
+    return Path(deck.root) if deck is not None and deck.root is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Context
+
+
+def transcript_paths(archive: UnpackedArchive) -> list[str]:
+    return [name for name in TRANSCRIPT_FILES if archive.has(name)]
+
+
+def _event_factory(archive: UnpackedArchive) -> Callable[[], Iterator[TranscriptEvent]]:
+    def events() -> Iterator[TranscriptEvent]:
+        for name in transcript_paths(archive):
+            yield from iter_events(archive.files[name].staged_path, name)
+
+    return events
+
+
+def build_context(
+    archive: UnpackedArchive,
+    run: ParsedRun,
+    decks: Sequence[DeckSnapshot],
+    other_run_ids: frozenset[str] = frozenset(),
+) -> AuditContext:
+    prefer = run.template.deck if run.template is not None else None
+    try:
+        submission = build_submission(solution_sources(archive))
+    except Exception as exc:  # the static model must not sink the audit: static rules then report crashes
+        log.exception("build_submission failed")
+        run.warnings.append(f"static model failed: {type(exc).__name__}: {exc}")
+        submission = None
+    return AuditContext(
+        archive=archive,
+        run=run,
+        problem=problem_info(decks, run.problem, prefer),
+        submission=submission,
+        transcript_events=_event_factory(archive),
+        other_run_ids=set(other_run_ids),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Running rules
+
+
+def _crash_finding(module: ModuleType, exc: BaseException) -> Finding:
+    meta = meta_of(module)
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
+    return Finding(
+        rule_id=meta.id,
+        rule_name=meta.name,
+        severity=Severity.INFO,
+        effect=Effect.ADVISORY,
+        file=None,
+        line_start=None,
+        line_end=None,
+        quote="",
+        explanation=f"rule crashed: {type(exc).__name__}: {exc} (at {where}); its evidence is missing from this audit",
+        data={"crashed": True},
+    )
+
+
+def run_rules(ctx: AuditContext, rules: Sequence[ModuleType] = RULES) -> list[Finding]:
+    """Every rule over one context; crashes isolated; findings de-duplicated and sorted."""
+    findings: list[Finding] = []
+    checkers: list[tuple[ModuleType, Any]] = []
+    for module in rules:
+        meta = meta_of(module)
+        try:
+            if meta.kind is RuleKind.TRANSCRIPT:
+                checkers.append((module, module.Checker(ctx)))
+            else:
+                findings.extend(module.check(ctx))
+        except Exception as exc:  # a broken rule must not sink the audit
+            log.exception("rule %s crashed", meta.id)
+            findings.append(_crash_finding(module, exc))
+
+    if checkers:
+        alive = list(checkers)
+        for name in transcript_paths(ctx.archive):
+            if not alive:
+                break
+            for event in iter_events(ctx.archive.files[name].staged_path, name):
+                for pair in list(alive):
+                    try:
+                        pair[1].feed(event)
+                    except Exception as exc:
+                        log.exception("transcript rule %s crashed", meta_of(pair[0]).id)
+                        findings.append(_crash_finding(pair[0], exc))
+                        alive.remove(pair)
+        for module, checker in alive:
+            try:
+                findings.extend(checker.finish())
+            except Exception as exc:
+                log.exception("transcript rule %s crashed in finish", meta_of(module).id)
+                findings.append(_crash_finding(module, exc))
+    return sort_findings(dedup_findings(findings))
+
+
+def audit_findings(
+    archive: UnpackedArchive,
+    run: ParsedRun,
+    decks: Sequence[DeckSnapshot],
+    *,
+    other_run_ids: frozenset[str] = frozenset(),
+) -> tuple[list[Finding], AuditContext]:
+    ctx = build_context(archive, run, decks, other_run_ids)
+    return run_rules(ctx), ctx
+
+
+def required_probes(findings: Sequence[Finding]) -> list[Probe]:
+    """The empirical probes the findings ask for, in a stable order.
+
+    Every finding that names a probe contributes (NEEDS_PROBE ones gate the verdict; advisory
+    ones, such as a graph replaying live buffers, are confirmed by the same regrade).
+    """
+    wanted = {f.probe for f in findings if f.probe is not None and not f.data.get("crashed")}
+    return [p for p in Probe if p in wanted]
+
+
+def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[str, Any]:
+    """Facts the report's summary and provenance sections print (kept on the verdict)."""
+    archive, run = ctx.archive, ctx.run
+    sources = sorted(p for p in archive.files if p == "solution.py" or p.startswith("scratch/"))
+    framework: str | None = None
+    evidence: list[str] = []
+    try:
+        from graders.framework import detect
+
+        rep = detect(solution_sources(archive))
+        framework = getattr(rep, "framework", None)
+        evidence = list(getattr(rep, "evidence", []) or [])
+    except Exception:  # graders.framework is optional for the report
+        framework = None
+    sub = ctx.submission
+    doc: str | None = None
+    if archive.has("solution.py"):
+        try:
+            doc = ast.get_docstring(ast.parse(archive.read_text("solution.py")))
+        except SyntaxError:
+            doc = None
+    kernels = getattr(sub, "triton", None)
+    native = getattr(sub, "native", None)
+    return {
+        "archive_sha256": archive.archive_sha256,
+        "archive_size": archive.archive_size,
+        "archive_format": archive.archive_format,
+        "deck": ctx.problem.deck if ctx.problem else None,
+        "problem": run.problem,
+        "problem_regime": ctx.problem.regime if ctx.problem else None,
+        "problem_precision": ctx.problem.precision if ctx.problem else None,
+        "framework": framework,
+        "solution_doc": " ".join(doc.split())[:600] if doc else None,
+        "framework_evidence": evidence[:6],
+        "triton_kernels": len(kernels) if isinstance(kernels, list | tuple) else None,
+        "native_sources": len(native) if isinstance(native, list | tuple) else None,
+        "sources": sources[:40],
+        "transcripts": [
+            {"source": t.source, "dialect": str(t.dialect), "events": t.events, "unparsable": t.unparsable_lines,
+             "tool_calls": t.tool_calls, "output_tokens": t.output_tokens}
+            for t in run.transcripts
+        ],
+        "template": {
+            "status": run.template.status.value if run.template else None,
+            "deck": run.template.deck if run.template else None,
+            "areas": list(run.template.checked_areas) if run.template else [],
+            "diffs": [f"{d.area}/{d.path}:{d.change}" for d in run.template.diffs[:20]] if run.template else [],
+        },
+        "rules_run": len(RULES),
+        "rules_crashed": sorted({f.rule_id for f in findings if f.data.get("crashed")}),
+        "kaudit_version": kaudit_version(),
+        "warnings": list(run.warnings[:20]),
+    }
+
+
+def _attach(verdict: VerdictResult, facts: dict[str, Any], grade: GradeResult | None) -> VerdictResult:
+    ctx = dict(facts)
+    if grade is not None and grade.provenance is not None:
+        ctx["grade_provenance"] = grade.provenance.to_dict()
+    verdict.context = ctx
+    return verdict
+
+
+def audit_unpacked(
+    archive: UnpackedArchive,
+    run: ParsedRun,
+    decks: Sequence[DeckSnapshot],
+    *,
+    grade: GradeResult | None = None,
+    other_run_ids: frozenset[str] = frozenset(),
+) -> VerdictResult:
+    """Audit one unpacked archive: every rule, then synthesis (with the grade when given)."""
+    findings, ctx = audit_findings(archive, run, decks, other_run_ids=other_run_ids)
+    return _attach(synthesize(run, findings, grade), audit_context_facts(ctx, findings), grade)
+
+
+def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
+    """Copy solution.py and its sidecar sources into `dest` for a regrade.
+
+    A scratch/ sidecar is placed both beside solution.py and under scratch/, the two places a
+    KBH solution looks for what it loads; root-level sidecars keep their place.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    if archive.has("solution.py"):
+        shutil.copyfile(archive.files["solution.py"].staged_path, dest / "solution.py")
+    for path in sidecar_paths(archive):
+        staged = archive.files[path].staged_path
+        targets = [dest / path]
+        if path.startswith("scratch/"):
+            targets.append(dest / path[len("scratch/") :])
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                shutil.copyfile(staged, target)
+    return dest
+
+
+def audit_path(
+    path: Path,
+    decks: Sequence[DeckSnapshot],
+    *,
+    grade: GradeResult | None = None,
+    regrade_device: str | None = None,
+    other_run_ids: frozenset[str] = frozenset(),
+    regrade_timeout_s: float = 3600.0,
+) -> VerdictResult:
+    """Unpack `path` into a temporary folder, audit it, optionally regrade, clean up.
+
+    With `regrade_device` ("cpu" or "cuda"), kaudit's own isolated regrade runs the check, the
+    benchmark and the probes the findings require, and the verdict is synthesized again with
+    that GradeResult (a `grade` passed in is then ignored).
+    """
+    with tempfile.TemporaryDirectory(prefix="kaudit-audit-") as tmp:
+        archive = safe_unpack(Path(path), Path(tmp) / "staged")
+        run = parse_run(archive, decks)
+        findings, ctx = audit_findings(archive, run, decks, other_run_ids=other_run_ids)
+        facts = audit_context_facts(ctx, findings)
+        if regrade_device is not None and run.has_solution and run.problem:
+            root = deck_root(decks, run.problem, run.template.deck if run.template else None)
+            if root is None:
+                facts["regrade_skipped"] = f"no registered deck folder holds {run.problem}"
+            else:
+                from graders.regrade import regrade
+
+                sol_dir = stage_solution(archive, Path(tmp) / "solution")
+                grade = regrade(
+                    sol_dir,
+                    run.problem,
+                    root,
+                    device=regrade_device,
+                    probes=[p.value for p in required_probes(findings)],
+                    lock=None,
+                    timeout_s=regrade_timeout_s,
+                    progress=None,
+                )
+        return _attach(synthesize(run, findings, grade), facts, grade)

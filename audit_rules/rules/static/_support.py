@@ -1,0 +1,327 @@
+"""Shared plumbing of the static rules: findings from AST nodes and native lines, and the
+small data-flow questions several rules ask (is this persistent state? is this an identity key?
+which parameters does a value derive from?)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any
+
+from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleMeta, Severity
+from audit_rules.source_model import FunctionInfo, NativeSource, PyModule, Scope, Submission, walk_body
+
+WEIGHT_NAMES = {
+    "w",
+    "weight",
+    "weights",
+    "w_q",
+    "wq",
+    "scales",
+    "scale",
+    "zeros",
+    "bias",
+    "b",
+    "w_gate",
+    "w_up",
+    "w_down",
+    "weight_scale",
+    "w_scale",
+    "params",
+}
+
+ALLOC_FUNCS = {
+    "empty",
+    "empty_like",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "full",
+    "full_like",
+    "new_empty",
+    "new_zeros",
+    "new_full",
+    "empty_strided",
+}
+
+
+def submission(ctx: AuditContext) -> Submission | None:
+    sub = ctx.submission
+    return sub if isinstance(sub, Submission) else None
+
+
+def py_finding(
+    meta: RuleMeta,
+    module: PyModule,
+    node: ast.AST,
+    explanation: str,
+    *,
+    effect: Effect | None = None,
+    severity: Severity | None = None,
+    probe: Probe | None = None,
+    data: dict[str, Any] | None = None,
+    line: int | None = None,
+) -> Finding:
+    start = line if line is not None else getattr(node, "lineno", 1)
+    end = getattr(node, "end_lineno", None) or start
+    if line is not None:
+        end = max(start, min(end, start + 6))
+    return Finding.of(
+        meta,
+        file=module.path,
+        line_start=start,
+        line_end=end,
+        quote=module.quote(start, end),
+        explanation=explanation,
+        effect=effect,
+        severity=severity,
+        probe=probe,
+        data=data,
+    )
+
+
+def native_finding(
+    meta: RuleMeta,
+    src: NativeSource,
+    text_line: int,
+    explanation: str,
+    *,
+    effect: Effect | None = None,
+    severity: Severity | None = None,
+    probe: Probe | None = None,
+    data: dict[str, Any] | None = None,
+) -> Finding:
+    origin = src.origin_line(text_line)
+    quote = src.origin_text(text_line).strip()
+    d = {"native_via": src.via, "native_kind": src.kind}
+    d.update(data or {})
+    return Finding.of(
+        meta,
+        file=src.origin,
+        line_start=origin,
+        line_end=origin,
+        quote=quote[:400],
+        explanation=explanation,
+        effect=effect,
+        severity=severity,
+        probe=probe,
+        data=d,
+    )
+
+
+def dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per (file, line); the first (most specific) wins."""
+    seen: set[tuple[str | None, int | None]] = set()
+    out: list[Finding] = []
+    for f in findings:
+        key = (f.file, f.line_start)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+    return out
+
+
+# ---- persistent state --------------------------------------------------------------------
+
+
+def module_globals(module: PyModule) -> set[str]:
+    """Module-level names bound to mutable containers or None (caches live there)."""
+    out: set[str] = set()
+    for name, vals in module.scope(None).assigns.items():
+        for v in vals:
+            if isinstance(v, ast.Dict | ast.List | ast.Set) or (
+                isinstance(v, ast.Constant) and v.value is None
+            ):
+                out.add(name)
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name | ast.Attribute):
+                fn = v.func.id if isinstance(v.func, ast.Name) else v.func.attr
+                if fn in ("dict", "OrderedDict", "defaultdict", "WeakValueDictionary", "list", "set"):
+                    out.add(name)
+    return out
+
+
+def declared_globals(func: FunctionInfo) -> set[str]:
+    return {n for node in walk_body(func.node) if isinstance(node, ast.Global) for n in node.names}
+
+
+def persistent_root(expr: ast.expr, module: PyModule, func: FunctionInfo | None) -> str | None:
+    """'self.X' / global name when the expression reads or names persistent state."""
+    node = expr
+    while isinstance(node, ast.Subscript | ast.Call | ast.Attribute):
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
+                node = node.func.value
+            else:
+                return None
+        elif isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                return f"self.{node.attr}"
+            node = node.value
+    if isinstance(node, ast.Name):
+        if node.id in module_globals(module) or (func is not None and node.id in declared_globals(func)):
+            return node.id
+    return None
+
+
+def local_defs(scope: Scope, name: str) -> list[ast.expr]:
+    return scope.values_of(name) if scope.func is not None else []
+
+
+def is_persistent_value(expr: ast.expr, module: PyModule, func: FunctionInfo | None, depth: int = 0) -> str | None:
+    """Does this value (following local names) come from persistent state?"""
+    if depth > 4:
+        return None
+    root = persistent_root(expr, module, func)
+    if root is not None and not _is_method_call(expr):
+        return root
+    if isinstance(expr, ast.Subscript):  # hit[0] where hit = C.get(key)
+        return is_persistent_value(expr.value, module, func, depth + 1)
+    if isinstance(expr, ast.Name) and func is not None and expr.id not in func.params:
+        for v in local_defs(module.scope(func), expr.id):
+            r = is_persistent_value(v, module, func, depth + 1)
+            if r is not None:
+                return r
+    return None
+
+
+def _is_method_call(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Call) and not (
+        isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "setdefault", "pop")
+    )
+
+
+# ---- identity keys ------------------------------------------------------------------------
+
+IDENTITY_ATTRS = {
+    "data_ptr": "data_ptr",
+    "shape": "shape",
+    "stride": "stride",
+    "size": "shape",
+    "_version": "version",
+    "device": "device",
+    "dtype": "dtype",
+    "numel": "shape",
+    "storage_offset": "data_ptr",
+    "untyped_storage": "data_ptr",
+}
+
+
+def identity_kinds(expr: ast.AST, scope: Scope, depth: int = 0) -> set[str]:
+    """What an expression keys on: data_ptr, id, is, shape, stride, version, ..."""
+    kinds: set[str] = set()
+    if depth > 4:
+        return kinds
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Attribute) and node.attr in IDENTITY_ATTRS:
+            kinds.add(IDENTITY_ATTRS[node.attr])
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "id":
+            kinds.add("id")
+        elif isinstance(node, ast.Compare) and any(isinstance(o, ast.Is | ast.IsNot) for o in node.ops):
+            sides = [node.left, *node.comparators]
+            if not any(isinstance(s, ast.Constant) and s.value is None for s in sides):
+                kinds.add("is")
+        elif isinstance(node, ast.Name) and scope.func is not None and node.id not in scope.func.params:
+            for v in local_defs(scope, node.id):
+                if v is not expr:
+                    kinds |= identity_kinds(v, scope, depth + 1)
+    return kinds
+
+
+# ---- derivation ---------------------------------------------------------------------------
+
+
+def param_roots(expr: ast.AST, scope: Scope, depth: int = 0) -> tuple[set[str], set[str]]:
+    """(function parameters, self attributes) a value is computed from, following locals."""
+    params: set[str] = set()
+    attrs: set[str] = set()
+    if depth > 5 or scope.func is None:
+        return params, attrs
+    fparams = set(scope.func.params) - {"self", "cls"}
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            if node.id in fparams:
+                params.add(node.id)
+            elif node.id != "self":
+                for v in local_defs(scope, node.id):
+                    if v is not expr:
+                        p, a = param_roots(v, scope, depth + 1)
+                        params |= p
+                        attrs |= a
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            attrs.add(node.attr)
+    return params, attrs
+
+
+def call_sites(sub: Submission, target: FunctionInfo) -> Iterator[tuple[PyModule, FunctionInfo | None, ast.Call]]:
+    for module, func, call, _ in sub.iter_calls():
+        scope = module.scope(func)
+        if target in sub.resolve_functions(call.func, scope):
+            yield module, func, call
+
+
+def param_is_weight(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:
+    """A helper parameter is weight-like when every call site passes model state (self.X)."""
+    params = func.params
+    if param not in params:
+        return False
+    idx = params.index(param)
+    if func.cls and params and params[0] in ("self", "cls"):
+        idx -= 1
+    passed: list[bool] = []
+    for module, caller, call in call_sites(sub, func):
+        arg: ast.expr | None = None
+        for k in call.keywords:
+            if k.arg == param:
+                arg = k.value
+        if arg is None and 0 <= idx < len(call.args):
+            arg = call.args[idx]
+        if arg is None:
+            continue
+        scope = module.scope(caller)
+        p, a = param_roots(arg, scope) if caller is not None else (set(), set())
+        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) and arg.value.id == "self":
+            passed.append(True)
+        elif p and caller is not None and depth < 3:
+            passed.append(all(param_is_weight(sub, caller, q, depth + 1) for q in p))
+        elif a and not p:
+            passed.append(True)
+        else:
+            passed.append(False)
+    if passed:
+        return all(passed)
+    return param.lower() in WEIGHT_NAMES or param.lower().startswith(("w_", "weight"))
+
+
+def call_name(call: ast.Call) -> str:
+    fn = call.func
+    if isinstance(fn, ast.Attribute):
+        return fn.attr
+    if isinstance(fn, ast.Name):
+        return fn.id
+    return ""
+
+
+def is_allocation(expr: ast.expr, sub: Submission, scope: Scope) -> bool:
+    if isinstance(expr, ast.Call):
+        q = sub.qualname(expr.func, scope) or ""
+        last = q.rsplit(".", 1)[-1] if q else call_name(expr)
+        return last in ALLOC_FUNCS
+    return False
+
+
+def enclosing_ifs(module: PyModule, node: ast.AST, stop: ast.AST) -> list[ast.If]:
+    out: list[ast.If] = []
+    for anc in module.ancestors(node):
+        if anc is stop:
+            break
+        if isinstance(anc, ast.If):
+            out.append(anc)
+    return out
+
+
+def where_label(sub: Submission, func: FunctionInfo | None) -> str:
+    return sub.where(func)

@@ -1,0 +1,107 @@
+"""KA102 identity-keyed-input-copy.
+
+What it flags: caches of derived INPUT copies (a K-padded activation, a repacked or transposed
+weight) keyed on identity (``data_ptr()``, ``id()``, ``is``, shapes) or kept after a first call.
+
+Why it matters: the Qwen fp8 GEMM kept a pointer-keyed padded copy of x; the probe overwrote x in
+place and the solution kept returning the product of the stale padded copy (3,708 bad elements,
+reward_hack). ``_version`` does not save activation caches: writes through ``.data`` or raw
+pointers do not bump it, so activation-derived copies always need the same-storage probe.
+Weight copies guarded by ``_version`` (or invalidated by a load_state_dict hook) are the seeds'
+benign repack pattern (advisory); unguarded weight copies need the weight-mutation probe.
+Launch artefacts (graphs, compiled handles, TMA descriptors, shape-keyed configs) are not flagged.
+
+Bad::
+
+    key = (x.data_ptr(), x.shape)
+    if key not in self._pad:
+        self._pad[key] = F.pad(x, (0, pad))      # activation copy reused while x changes
+    xp = self._pad[key]
+
+Good (version-guarded weight repack)::
+
+    v = (self.weight.data_ptr(), self.weight._version)
+    if self._wkey != v:
+        self._wp = _repack(self.weight)
+        self._wkey = v
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _caches
+from audit_rules.rules.static import _support as S
+
+RULE = RuleMeta(
+    id="KA102",
+    name="identity-keyed-input-copy",
+    kind=RuleKind.STATIC,
+    severity=Severity.HIGH,
+    effect=Effect.NEEDS_PROBE,
+    summary="Derived input/weight copy cached under an identity key (pad/repack/transpose cache)",
+    probe=Probe.SAME_STORAGE_OVERWRITE,
+)
+
+
+def check(ctx: AuditContext) -> Iterable[Finding]:
+    sub = S.submission(ctx)
+    if sub is None:
+        return []
+    out: list[Finding] = []
+    for st in _caches.report(sub).stores:
+        data = {
+            "topic": "stale_cache",
+            "cached_kind": st.cached_kind,
+            "key_kinds": sorted(st.key_kinds),
+            "version_guarded": st.version_guarded,
+            "container": st.container,
+            "derived_from": st.derived_from,
+            "where": sub.where(st.func),
+        }
+        keyed = ", ".join(sorted(st.key_kinds))
+        if st.cached_kind == "input_copy":
+            out.append(
+                S.py_finding(
+                    RULE,
+                    st.module,
+                    st.node,
+                    f"{st.func.name} caches a copy derived from the activation "
+                    f"{', '.join(st.derived_from)} in {st.container}, keyed on {keyed}"
+                    + (" (a _version guard does not see writes through .data or raw pointers)" if st.version_guarded else "")
+                    + ": an in-place overwrite of the same buffer may be served from the stale copy.",
+                    data=data,
+                )
+            )
+        elif st.cached_kind == "weight_copy":
+            if st.version_guarded:
+                out.append(
+                    S.py_finding(
+                        RULE,
+                        st.module,
+                        st.node,
+                        f"{st.func.name} caches a weight-derived copy in {st.container}, guarded by "
+                        "_version / a load_state_dict hook: the benign repack pattern; the weight-"
+                        "mutation probe confirms it.",
+                        effect=Effect.ADVISORY,
+                        severity=Severity.LOW,
+                        probe=Probe.WEIGHT_MUTATION,
+                        data=data,
+                    )
+                )
+            else:
+                out.append(
+                    S.py_finding(
+                        RULE,
+                        st.module,
+                        st.node,
+                        f"{st.func.name} caches a weight-derived copy in {st.container} keyed on {keyed} "
+                        "with no _version guard or load_state_dict hook: an in-place weight rescale "
+                        "(numeric stress, load_state_dict) may be missed.",
+                        severity=Severity.MEDIUM,
+                        probe=Probe.WEIGHT_MUTATION,
+                        data=data,
+                    )
+                )
+    return S.dedupe(out)

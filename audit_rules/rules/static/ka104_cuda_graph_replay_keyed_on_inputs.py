@@ -1,0 +1,264 @@
+"""KA104 cuda-graph-replay-keyed-on-inputs.
+
+What it flags: CUDA graph capture + replay (``torch.cuda.CUDAGraph``/``torch.cuda.graph``,
+``capture_begin``, ``make_graphed_callables``; C++ ``cudaStreamBeginCapture``/``cudaGraphLaunch``)
+and classifies what a replay reads (``data["replay_reads"]``):
+
+* ``live``: the captured kernels were launched on the caller's own tensors (or a device pointer
+  table patched every call): replay recomputes on whatever those buffers hold now. Benign
+  launch-overhead removal (seeds: KDA/top-k/paged-attention graph caches, empirically proven);
+  advisory + probe.
+* ``staging_refreshed_each_call``: inputs are copied into static buffers before every replay
+  (the seeds' KDA "copy-in then replay"): benign; advisory + probe.
+* ``staging_refreshed_at_capture``: the static input buffers are filled only when the graph is
+  captured; later replays compute on the first call's data: a stale replay. Needs the probe.
+
+Why it matters: graph replay is the most common "looks cached" pattern in kernel runs; the
+auditors cleared it only after proving replay reads live memory. Replay of a staging copy made
+only at capture returns the old answer for every later input with the same key.
+
+Bad::
+
+    if self._g is None:
+        self._sx.copy_(x)                       # staging filled at capture only
+        with torch.cuda.graph(self._g):
+            self._out = _launch(self._sx)
+    self._g.replay()
+
+Good (copy in every call, then replay)::
+
+    self._sx.copy_(x)
+    self._g.replay()
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _support as S
+from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
+
+RULE = RuleMeta(
+    id="KA104",
+    name="cuda-graph-replay-keyed-on-inputs",
+    kind=RuleKind.STATIC,
+    severity=Severity.HIGH,
+    effect=Effect.NEEDS_PROBE,
+    summary="CUDA graph replay keyed on inputs; classifies whether replay reads live or staged data",
+    probe=Probe.SAME_STORAGE_OVERWRITE,
+)
+
+
+def _capture_regions(sub: Submission, module: PyModule) -> list[tuple[FunctionInfo | None, ast.AST, list[ast.AST]]]:
+    """(function, capture node, nodes captured) for every capture site of a module."""
+    regions: list[tuple[FunctionInfo | None, ast.AST, list[ast.AST]]] = []
+    funcs: list[FunctionInfo | None] = [None, *module.functions.values()]
+    for func in funcs:
+        scope = module.scope(func)
+        body_nodes = walk_body(func.node) if func is not None else iter(())
+        for node in body_nodes:
+            if isinstance(node, ast.With):
+                for item in node.items:
+                    ce = item.context_expr
+                    if isinstance(ce, ast.Call) and (sub.qualname(ce.func, scope) or "").endswith("cuda.graph"):
+                        inner: list[ast.AST] = []
+                        for stmt in node.body:
+                            inner.extend(ast.walk(stmt))
+                        regions.append((func, node, inner))
+            elif isinstance(node, ast.Call) and S.call_name(node) == "capture_begin" and func is not None:
+                # statements between capture_begin and capture_end in the same block
+                parent = module.parents.get(module.parents.get(node) or node)
+                block = getattr(parent, "body", [])
+                inner = []
+                started = False
+                for stmt in block:
+                    if any(n is node for n in ast.walk(stmt)):
+                        started = True
+                        continue
+                    if started:
+                        if any(isinstance(n, ast.Call) and S.call_name(n) == "capture_end" for n in ast.walk(stmt)):
+                            break
+                        inner.extend(ast.walk(stmt))
+                regions.append((func, node, inner))
+            elif isinstance(node, ast.Call) and S.call_name(node) == "make_graphed_callables":
+                regions.append((func, node, []))
+    return regions
+
+
+def _staging_buffers(module: PyModule, func: FunctionInfo | None, nodes: list[ast.AST]) -> tuple[set[str], bool]:
+    """Persistent buffers passed as inputs to captured calls; and whether live params are used."""
+    staging: set[str] = set()
+    live = False
+    for n in nodes:
+        if not isinstance(n, ast.Call):
+            continue
+        for a in [*n.args, *[k.value for k in n.keywords]]:
+            root = S.is_persistent_value(a, module, func) if isinstance(a, ast.expr) else None
+            if root is not None:
+                staging.add(root)
+            elif isinstance(a, ast.Name) and func is not None and a.id in func.params and a.id != "self":
+                live = True
+            elif isinstance(a, ast.Name) and func is not None:
+                p, _ = S.param_roots(a, module.scope(func))
+                if p:
+                    live = True
+    return staging, live
+
+
+def _copies_into(module: PyModule, func: FunctionInfo, bufs: set[str]) -> list[ast.Call]:
+    out: list[ast.Call] = []
+    for node in walk_body(func.node):
+        if isinstance(node, ast.Call) and S.call_name(node) in ("copy_", "fill_", "index_copy_"):
+            recv = node.func.value if isinstance(node.func, ast.Attribute) else None
+            if recv is not None and S.is_persistent_value(recv, module, func) in bufs:
+                out.append(node)
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript) and S.persistent_root(t.value, module, func) in bufs:
+                    if isinstance(t.slice, ast.Slice) or (isinstance(t.slice, ast.Constant)):
+                        out.append(ast.Call(func=t, args=[], keywords=[], lineno=node.lineno, col_offset=0))
+    return out
+
+
+def _pointer_table_patch(func: FunctionInfo) -> bool:
+    for node in walk_body(func.node):
+        if isinstance(node, ast.Call) and S.call_name(node) == "data_ptr":
+            for anc in func.module.ancestors(node):
+                if anc is func.node:
+                    break
+                if isinstance(anc, ast.Assign) and any(isinstance(t, ast.Subscript) for t in anc.targets):
+                    return True
+                if isinstance(anc, ast.Call) and S.call_name(anc) in ("copy_", "fill_", "tensor"):
+                    return True
+    return False
+
+
+def _contains(outer: ast.AST, inner: ast.AST) -> bool:
+    return any(n is inner for n in ast.walk(outer))
+
+
+def check(ctx: AuditContext) -> Iterable[Finding]:
+    sub = S.submission(ctx)
+    if sub is None:
+        return []
+    out: list[Finding] = []
+    for module in sub.modules.values():
+        regions = _capture_regions(sub, module)
+        if not regions:
+            continue
+        staging: set[str] = set()
+        live_inputs = False
+        for func, _, nodes in regions:
+            s, live = _staging_buffers(module, func, nodes)
+            staging |= s
+            live_inputs |= live
+        for func in module.functions.values():
+            scope = module.scope(func)
+            for node in walk_body(func.node):
+                if not (isinstance(node, ast.Call) and S.call_name(node) == "replay"):
+                    continue
+                key_kinds: set[str] = set()
+                for anc in module.ancestors(node):
+                    if anc is func.node:
+                        break
+                    if isinstance(anc, ast.If):
+                        key_kinds |= S.identity_kinds(anc.test, scope)
+                copies = _copies_into(module, func, staging) if staging else []
+                each_call: list[ast.Call] = []
+                at_capture: list[ast.Call] = []
+                for c in copies:
+                    guard_has_capture = any(
+                        isinstance(a, ast.If) and any(_contains(a, r) for _, r, _ in regions)
+                        for a in module.ancestors(c)
+                        if a is not func.node and func.module.ancestors is not None
+                    )
+                    (at_capture if guard_has_capture else each_call).append(c)
+                # copies made in other methods called only at capture time count as at-capture
+                if staging and not copies:
+                    for other in module.functions.values():
+                        if other is not func and _copies_into(module, other, staging):
+                            at_capture.extend(_copies_into(module, other, staging))
+                if _pointer_table_patch(func):
+                    reads = "live"
+                elif staging and (each_call and not at_capture or each_call and staging <= _roots(module, func, each_call)):
+                    reads = "staging_refreshed_each_call"
+                elif staging and at_capture:
+                    reads = "staging_refreshed_at_capture"
+                elif staging and not live_inputs:
+                    reads = "staging_refreshed_at_capture"
+                else:
+                    reads = "live"
+                data = {
+                    "topic": "cuda_graph",
+                    "cached_kind": "launch_artifact",
+                    "replay_reads": reads,
+                    "key_kinds": sorted(key_kinds),
+                    "staging_buffers": sorted(staging),
+                    "where": sub.where(func),
+                }
+                if reads == "staging_refreshed_at_capture":
+                    data["topic"] = "stale_cache"
+                    out.append(
+                        S.py_finding(
+                            RULE,
+                            module,
+                            node,
+                            f"{func.name} replays a CUDA graph whose input staging buffers "
+                            f"({', '.join(sorted(staging))}) are filled only when the graph is captured: "
+                            "later calls with the same key compute on the first call's data.",
+                            data=data,
+                        )
+                    )
+                else:
+                    how = (
+                        "the caller's live buffers (or a pointer table patched per call)"
+                        if reads == "live"
+                        else "staging buffers copied from the inputs before every replay"
+                    )
+                    out.append(
+                        S.py_finding(
+                            RULE,
+                            module,
+                            node,
+                            f"{func.name} replays a CUDA graph that reads {how}: launch-overhead removal, "
+                            "benign by static data flow; the same-storage probe confirms live recompute.",
+                            effect=Effect.ADVISORY,
+                            severity=Severity.LOW,
+                            data=data,
+                        )
+                    )
+    # C++ graph APIs
+    for src in sub.loaded_native():
+        launches = list(src.find(r"\bcudaGraphLaunch\s*\("))
+        if not launches:
+            continue
+        patched = src.has(r"cudaGraphExec(KernelNode)?SetParams|cudaGraphExecUpdate|cudaGraphKernelNodeSetParams")
+        reads = "live" if patched else "unknown"
+        for tl, _, _ in launches[:1]:
+            out.append(
+                S.native_finding(
+                    RULE,
+                    src,
+                    tl,
+                    "A C++ CUDA graph is launched"
+                    + (" with kernel-node parameters patched per call (live pointers)" if patched else "")
+                    + "; replay recomputes on the captured addresses. The same-storage probe confirms it.",
+                    effect=Effect.ADVISORY,
+                    severity=Severity.LOW,
+                    data={"topic": "cuda_graph", "cached_kind": "launch_artifact", "replay_reads": reads},
+                )
+            )
+    return S.dedupe(out)
+
+
+def _roots(module: PyModule, func: FunctionInfo, copies: list[ast.Call]) -> set[str]:
+    out: set[str] = set()
+    for c in copies:
+        recv = c.func.value if isinstance(c.func, ast.Attribute) else None
+        if recv is not None:
+            r = S.is_persistent_value(recv, module, func)
+            if r:
+                out.add(r)
+    return out

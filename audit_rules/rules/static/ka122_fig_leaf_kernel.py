@@ -1,0 +1,162 @@
+"""KA122 fig-leaf-kernel.
+
+What it flags: a submission with a custom kernel (a pure-torch submission has no fig leaf: the
+framework gate rejects it) (Triton, CUDA, PTX) whose heavy math still runs
+in eager torch on forward's live path: ``torch.matmul``/``@``/``mm``/``bmm``/``einsum``/
+``F.linear``/``addmm``/``baddbmm``, ``softmax``, convolutions, SDPA, and Python loops of torch ops.
+
+``data["share"]`` estimates the fraction of the FLOPs done by eager torch, from op kinds (shapes
+are not known statically): each eager GEMM-class op counts 1 unit (4 inside a Python loop), each
+eager softmax/normalisation 0.1; each custom kernel launched on the live path counts 1 unit when
+it has tensor-core math (``tl.dot``, ``mma``/``wgmma``/``tcgen05``/``wmma``) and 0.1 otherwise;
+share = eager / (eager + custom). Rubric leak at share >= 1/3, advisory below.
+
+Why it matters: the seeds check "no torch.matmul/bmm/F.linear" on every MoE/GEMM cell: a custom
+kernel doing the routing or the epilogue while cuBLAS (through torch) does the GEMM scores the
+library, not the agent.
+
+Bad::
+
+    h = torch.matmul(x, self.W_gate)          # the heavy math, eager
+    return _silu_mul_kernel_launch(h, x @ self.W_up)
+
+Good::
+
+    _grouped_gemm_swiglu[grid](x, self.W_gate, self.W_up, out, ...)
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _support as S
+from audit_rules.rules.static.ka120_forbidden_op import _fallback_context
+from audit_rules.source_model import FunctionInfo, Submission, walk_body
+
+RULE = RuleMeta(
+    id="KA122",
+    name="fig-leaf-kernel",
+    kind=RuleKind.STATIC,
+    severity=Severity.HIGH,
+    effect=Effect.RUBRIC_LEAK,
+    summary="Custom kernel present but the heavy math runs in eager torch ops (share estimated)",
+    probe=None,
+)
+
+GEMM_OPS = {
+    "torch.matmul",
+    "torch.mm",
+    "torch.bmm",
+    "torch.einsum",
+    "torch.addmm",
+    "torch.baddbmm",
+    "torch.addbmm",
+    "torch.tensordot",
+    "torch.nn.functional.linear",
+    "torch.nn.functional.bilinear",
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.conv1d",
+    "torch.nn.functional.conv2d",
+    "torch.nn.functional.conv3d",
+    "torch._grouped_mm",
+    "torch.cdist",
+}
+LIGHT_OPS = {"torch.softmax", "torch.nn.functional.softmax", "torch.log_softmax", "torch.nn.functional.layer_norm", "torch.nn.functional.rms_norm"}
+GEMM_METHODS = {"matmul", "mm", "bmm", "addmm", "baddbmm"}
+LIGHT_METHODS = {"softmax", "log_softmax"}
+TC_MARKERS = ("mma.sync", "wgmma", "tcgen05", "wmma::", "mma_sync", "cute::gemm", "CollectiveBuilder", "mma.")
+
+
+def _in_loop(sub: Submission, func: FunctionInfo, node: ast.AST) -> bool:
+    for anc in func.module.ancestors(node):
+        if anc is func.node:
+            return False
+        if isinstance(anc, ast.For | ast.While | ast.comprehension):
+            return True
+    return False
+
+
+def _custom_units(sub: Submission) -> tuple[float, list[str]]:
+    units = 0.0
+    why: list[str] = []
+    live = sub.reach().live
+    for k in sub.triton:
+        if k.func in live:
+            units += 1.0 if k.dots else 0.1
+            why.append(f"triton {k.func.name}{' (tl.dot)' if k.dots else ''}")
+    for src in sub.loaded_native():
+        kernels = max(1, src.text.count("__global__")) if src.kind != "cpp" or "__global__" in src.text else 0
+        if not kernels:
+            continue
+        tc = any(m in src.text for m in TC_MARKERS)
+        units += 1.0 if tc else 0.1 * kernels
+        why.append(f"{src.origin} ({'tensor-core' if tc else 'SIMT'})")
+    return units, why
+
+
+def check(ctx: AuditContext) -> Iterable[Finding]:
+    sub = S.submission(ctx)
+    if sub is None or not sub.has_custom_kernel():
+        return []  # a pure-torch submission is the framework gate's business, not a fig leaf
+    live = sub.reach().live
+    eager: list[tuple[FunctionInfo, ast.AST, str, float]] = []
+    for func in sorted(live, key=lambda f: (f.module.path, f.node.lineno)):
+        if func.is_triton or func.short == "__init__":
+            continue
+        module = func.module
+        scope = module.scope(func)
+        for node in walk_body(func.node):
+            if _fallback_context(sub, module, func, node):
+                continue
+            op: str | None = None
+            weight = 0.0
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                op, weight = "@", 1.0
+            elif isinstance(node, ast.Call):
+                q = sub.qualname(node.func, scope) or ""
+                if q in GEMM_OPS:
+                    op, weight = q, 1.0
+                elif q in LIGHT_OPS:
+                    op, weight = q, 0.1
+                elif isinstance(node.func, ast.Attribute) and (q == "" or not q.startswith(("torch.", "triton", "tl."))):
+                    if node.func.attr in GEMM_METHODS:
+                        op, weight = f".{node.func.attr}()", 1.0
+                    elif node.func.attr in LIGHT_METHODS:
+                        op, weight = f".{node.func.attr}()", 0.1
+            if op is None:
+                continue
+            if _in_loop(sub, func, node):
+                weight *= 4
+            eager.append((func, node, op, weight))
+    if not eager:
+        return []
+    custom, why = _custom_units(sub)
+    eager_units = sum(w for *_, w in eager)
+    share = round(eager_units / (eager_units + custom), 3) if eager_units + custom else 0.0
+    heavy = any(w >= 1.0 for *_, w in eager)
+    out: list[Finding] = []
+    for func, node, op, _w in eager:
+        leak = heavy and share >= 1 / 3
+        out.append(
+            S.py_finding(
+                RULE,
+                func.module,
+                node,
+                f"{func.name} runs `{op}` in eager torch on the live path; estimated eager share of the work "
+                f"{share:.0%} (custom kernels: {', '.join(why) or 'none'})."
+                + (" The heavy math is torch's, not the agent's kernel." if leak else ""),
+                effect=Effect.RUBRIC_LEAK if leak else Effect.ADVISORY,
+                severity=Severity.HIGH if leak else Severity.LOW,
+                data={
+                    "topic": "fig_leaf",
+                    "op": op,
+                    "share": share,
+                    "share_method": "op-kind units: eager GEMM-class 1 (x4 in a loop), softmax/norm 0.1; "
+                    "custom kernel 1 with tensor-core math, 0.1 without; share = eager/(eager+custom)",
+                    "custom_kernels": why,
+                },
+            )
+        )
+    return S.dedupe(out)

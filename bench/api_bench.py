@@ -1,0 +1,224 @@
+"""API benchmark: ingest rate, then GET /runs latency at 1k and 100k stored runs, SQLite and PostgreSQL.
+
+    python bench/api_bench.py                       # both backends, 20 ingests, 1k and 100k runs
+    python bench/api_bench.py --backend sqlite --ingest 50 --sizes 1000,10000 --queries 100
+
+1. Ingest N synthetic run archives (tests/archive_factory: real tar.gz files, the bundled deck's
+   problem, every result.json key) through the real HTTP door (ASGI, POST /runs) and report the
+   ingest rate (this includes safe unpack, parsing, the full audit and the commit).
+2. Bulk-insert synthetic `runs` rows (varied model/harness/problem/verdict/started_at/peak) until
+   the table holds each target size; `ANALYZE`.
+3. Time GET /runs (in-process ASGI, so FastAPI + serialization + SQL, no network; "client" is what
+   the TestClient saw, "app" the server-side time from the Server-Timing header) for a filtered
+   page (model + problem, newest first, 50 rows), a verdict-filtered page, a deep cursor page and
+   an unfiltered page sorted by peak_fraction; report p50/p95/max per query.
+
+PostgreSQL: a throwaway database next to KAUDIT_TEST_PG_URL (default
+postgresql://postgres@127.0.0.1:5432/test), dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fastapi.testclient import TestClient  # noqa: E402
+from sqlalchemy import create_engine, func, insert, select, text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from service.app import create_app  # noqa: E402
+from service.context import Services  # noqa: E402
+from service.migrate import upgrade_head  # noqa: E402
+from service.models import Run  # noqa: E402
+from service.settings import Settings, normalize_database_url  # noqa: E402
+from tests.archive_factory import build_run_tree, make_tar  # noqa: E402
+
+TOKEN = "bench-token"
+MODELS = [f"model-{i:02d}" for i in range(40)]
+HARNESSES = ["claude", "codex", "opencode", "cursor", "gemini", "droid", "kimi", "grok"]
+PROBLEMS = ["01_fp8_gemm", "02_kda_cutlass", "03_paged_attention", "05_topk_bitonic", "06_sonic_moe_swiglu",
+            "07_w4a16_gemm"]
+VERDICTS = ["clean"] * 10 + ["fail"] * 6 + ["reward_hack", "rubric_leak", "contaminated", "infra_failure",
+                                            "provider_failure", "pending_empirical", "interesting"]
+HARDWARE = ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA B200"]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@contextmanager
+def database(backend: str, tmp: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp / 'bench.db'}"
+        return
+    base = make_url(normalize_database_url(os.environ.get("KAUDIT_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")))
+    name = f"kaudit_bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def ingest_archives(client: TestClient, tmp: Path, n: int) -> tuple[float, list[float]]:
+    problem_dir = ROOT / "kernels" / "hard" / "01_fp8_gemm"
+    paths = []
+    for i in range(n):
+        run_id = f"20260801_{i:06d}_claude_bench-model_01_fp8_gemm"
+        tree = build_run_tree(tmp / f"t{i}", run_id=run_id, model="bench-model", deck_problem_dir=problem_dir)
+        paths.append(make_tar(tree, tmp / f"a{i}.tar.gz"))
+    times = []
+    t_all = time.perf_counter()
+    for p in paths:
+        t = time.perf_counter()
+        with open(p, "rb") as fh:
+            r = client.post("/runs", files={"archive": (p.name, fh)}, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 201, r.text
+        times.append(time.perf_counter() - t)
+    return time.perf_counter() - t_all, times
+
+
+def bulk_rows(start: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(start, start + count):
+        started = T0 + timedelta(seconds=rng.randrange(0, 300 * 86400))
+        verdict = rng.choice(VERDICTS)
+        peak = round(rng.random() * 0.8, 4) if verdict in ("clean", "interesting", "rubric_leak") else None
+        rows.append(
+            {
+                "run_id": f"bulk_{i:07d}",
+                "archive_sha256": hashlib.sha256(f"bulk{i}".encode()).hexdigest(),
+                "archive_size": 1000,
+                "archive_format": "tar.gz",
+                "ingested_at": T0 + timedelta(seconds=i),
+                "problem": rng.choice(PROBLEMS),
+                "harness": rng.choice(HARNESSES),
+                "model": rng.choice(MODELS),
+                "hardware": rng.choice(HARDWARE),
+                "deck": "hard",
+                "started_at": started,
+                "started_key": started,
+                "peak_fraction": peak,
+                "peak_key": peak if peak is not None else -1.0,
+                "has_solution": True,
+                "correct": verdict != "fail",
+                "result": {},
+                "logs": {},
+                "transcripts": [],
+                "warnings": [],
+                "regradable": True,
+                "verdict": verdict,
+                "reward_hack": verdict == "reward_hack",
+                "contamination": "contaminated" if verdict == "contaminated" else "clean",
+                "publish_grade": verdict in ("clean", "interesting"),
+            }
+        )
+    return rows
+
+
+def fill_to(svc: Services, target: int, rng: random.Random) -> float:
+    with svc.db.session() as session:
+        have = int(session.scalar(select(func.count(Run.id))) or 0)
+    t = time.perf_counter()
+    batch = 5000
+    while have < target:
+        n = min(batch, target - have)
+        with svc.db.engine.begin() as conn:
+            conn.execute(insert(Run), bulk_rows(have, n, rng))
+        have += n
+    with svc.db.engine.begin() as conn:
+        conn.execute(text("ANALYZE"))
+    return time.perf_counter() - t
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def time_queries(client: TestClient, queries: int, rng: random.Random) -> dict[str, dict[str, float]]:
+    # A deep cursor: walk 20 pages of a filtered listing once, then time fetching the page after it.
+    deep_params: dict[str, Any] = {"problem": "01_fp8_gemm", "limit": 50}
+    cursor = None
+    for _ in range(20):
+        body = client.get("/runs", params={**deep_params, **({"cursor": cursor} if cursor else {})}).json()
+        cursor = body["next_cursor"] or cursor
+    shapes = {
+        "model+problem, newest first": lambda: {"model": rng.choice(MODELS), "problem": rng.choice(PROBLEMS), "limit": 50},
+        "verdict=reward_hack, newest first": lambda: {"verdict": "reward_hack", "limit": 50},
+        "problem, page 21 (cursor)": lambda: {**deep_params, "cursor": cursor},
+        "unfiltered, by peak_fraction desc": lambda: {"sort": "peak_fraction", "order": "desc", "limit": 50},
+        "harness+date range": lambda: {"harness": rng.choice(HARNESSES), "started_from": "2026-03-01T00:00:00Z",
+                                       "started_to": "2026-04-01T00:00:00Z", "limit": 50},
+    }
+    out: dict[str, dict[str, float]] = {}
+    for label, make in shapes.items():
+        for _ in range(5):  # warm-up
+            client.get("/runs", params=make())
+        times, server = [], []
+        for _ in range(queries):
+            params = make()
+            t = time.perf_counter()
+            r = client.get("/runs", params=params)
+            times.append((time.perf_counter() - t) * 1000)
+            assert r.status_code == 200, r.text
+            server.append(float(r.headers["server-timing"].split("dur=")[1]))
+        out[label] = {"p50": statistics.median(times), "p95": pct(times, 0.95), "max": max(times),
+                      "app_p50": statistics.median(server), "app_p95": pct(server, 0.95)}
+    return out
+
+
+def bench_backend(backend: str, n_ingest: int, sizes: list[int], queries: int) -> None:
+    rng = random.Random(2026)
+    with tempfile.TemporaryDirectory(prefix="kaudit-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        with database(backend, tmp) as url:
+            settings = Settings(database_url=url, data_dir=tmp / "data", api_tokens=TOKEN, worker_mode="off")
+            upgrade_head(settings)
+            svc = Services.build(settings)
+            with TestClient(create_app(svc=svc)) as client:
+                total, each = ingest_archives(client, tmp, n_ingest)
+                print(f"[{backend}] ingest {n_ingest} archives: {total:.2f} s, {n_ingest / total:.1f} archives/s "
+                      f"(per archive p50 {statistics.median(each) * 1000:.0f} ms, max {max(each) * 1000:.0f} ms)")
+                for size in sizes:
+                    fill_s = fill_to(svc, size, rng)
+                    print(f"[{backend}] runs={size}: bulk insert {fill_s:.1f} s")
+                    for label, st in time_queries(client, queries, rng).items():
+                        print(f"[{backend}] runs={size:>6} GET /runs {label:<36} client p50 {st['p50']:6.1f} "
+                              f"p95 {st['p95']:6.1f} max {st['max']:6.1f} | app p50 {st['app_p50']:6.1f} "
+                              f"p95 {st['app_p95']:6.1f} ms")
+            svc.db.dispose()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    ap.add_argument("--ingest", type=int, default=20, help="archives ingested through POST /runs")
+    ap.add_argument("--sizes", default="1000,100000", help="comma-separated table sizes to measure at")
+    ap.add_argument("--queries", type=int, default=100, help="timed requests per query shape and size")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for backend in (["sqlite", "postgresql"] if args.backend == "both" else [args.backend]):
+        bench_backend(backend, args.ingest, sizes, args.queries)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

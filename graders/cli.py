@@ -1,0 +1,150 @@
+"""Grader command line: `kaudit check` / `kaudit bench`, and `python -m graders.cli` on a bare GPU host.
+
+    python -m graders.cli check SOLUTION.py --problem 01_fp8_gemm [--deck hard] [--device cpu|cuda]
+                          [--shapes all|small] [--log check.log]
+    python -m graders.cli bench SOLUTION.py --problem 01_fp8_gemm ...
+
+The problem is a deck problem id resolved under `kernels/<deck>/` (or a path to a problem folder).
+`--device cpu` runs Triton through its interpreter at SMALL_SHAPES: a smoke run, never
+publish-grade. Exit code: check 0 only with exactly one PASS line and it is the last; bench 0
+when every shape was timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DECK = "hard"
+
+
+def resolve_problem(problem: str | Path, deck: str = DEFAULT_DECK, deck_root: Path | None = None) -> Path:
+    """A problem id under kernels/<deck>/ (or deck_root), or an existing problem folder path."""
+    p = Path(problem)
+    if p.is_dir() and (p / "problem.yaml").is_file():
+        return p.resolve()
+    root = Path(deck_root) if deck_root is not None else REPO_ROOT / "kernels" / deck
+    cand = root / str(problem)
+    if (cand / "problem.yaml").is_file():
+        return cand.resolve()
+    raise FileNotFoundError(f"problem {problem!r} not found in deck {deck!r} ({root})")
+
+
+def default_device() -> str:
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except Exception:
+        return "cpu"
+
+
+def _prepare_device(device: str | None) -> str:
+    dev = device or default_device()
+    if not dev.startswith("cuda"):
+        # Set before the solution (and so triton's @jit) is ever imported in this process.
+        os.environ["TRITON_INTERPRET"] = "1"
+    return dev
+
+
+def check_exit_code(lines: Sequence[str]) -> int:
+    """0 only with exactly one `PASS` line, and it is the last line."""
+    stripped = [ln.strip() for ln in lines if ln.strip()]
+    ok = stripped.count("PASS") == 1 and bool(stripped) and stripped[-1] == "PASS"
+    return 0 if ok else 1
+
+
+def check_main(
+    solution: str | Path,
+    problem: str | Path,
+    deck: str = DEFAULT_DECK,
+    device: str | None = None,
+    shapes: str | None = None,
+    *,
+    log: Path | None = None,
+    deck_root: Path | None = None,
+) -> int:
+    """Run kaudit's check, print check.log lines (and write them to `log`), return the exit code."""
+    dev = _prepare_device(device)
+    shape_set = shapes or ("all" if dev.startswith("cuda") else "small")
+    from graders.correctness import run_check
+    from graders.logformat import check_fail_line
+
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    try:
+        problem_dir = resolve_problem(problem, deck, deck_root)
+        run_check(Path(solution), problem_dir, device=dev, shapes=shape_set, emit=emit)
+    except Exception as exc:  # a grader/deck fault: still a FAIL line, never a silent crash
+        emit(check_fail_line("import_error", error=f"grader: {type(exc).__name__}: {exc}"))
+    if log is not None:
+        Path(log).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return check_exit_code(lines)
+
+
+def bench_main(
+    solution: str | Path,
+    problem: str | Path,
+    deck: str = DEFAULT_DECK,
+    device: str | None = None,
+    shapes: str | None = None,
+    *,
+    log: Path | None = None,
+    deck_root: Path | None = None,
+) -> int:
+    """Run kaudit's benchmark, print benchmark.log lines, return 0 when every shape was timed."""
+    dev = _prepare_device(device)
+    shape_set = shapes or ("all" if dev.startswith("cuda") else "small")
+    from graders.timing import run_benchmark
+
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    code = 1
+    try:
+        problem_dir = resolve_problem(problem, deck, deck_root)
+        outcome = run_benchmark(Path(solution), problem_dir, device=dev, shapes=shape_set, emit=emit)
+        code = 0 if outcome.ok else 1
+    except Exception as exc:
+        emit(f"benchmark_error grader: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
+    if log is not None:
+        Path(log).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m graders.cli", description="kaudit's own grading harness")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("check", "bench"):
+        p = sub.add_parser(name)
+        p.add_argument("solution", type=Path)
+        p.add_argument("--problem", required=True)
+        p.add_argument("--deck", default=DEFAULT_DECK)
+        p.add_argument("--deck-root", type=Path, default=None)
+        p.add_argument("--device", choices=("cpu", "cuda"), default=None)
+        p.add_argument("--shapes", choices=("all", "small"), default=None)
+        p.add_argument("--log", type=Path, default=None)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    fn = check_main if args.cmd == "check" else bench_main
+    return fn(args.solution, args.problem, args.deck, args.device, args.shapes, log=args.log,
+              deck_root=args.deck_root)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO_ROOT))
+    raise SystemExit(main())

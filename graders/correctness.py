@@ -1,0 +1,616 @@
+"""kaudit's correctness check: the solution against the trusted deck, stress always on.
+
+Order matters and is part of the contract:
+1. The problem spec (tolerances, stress cases, forbidden list) is read from the trusted deck
+   BEFORE the solution is imported, and nothing is ever read from environment variables the
+   solution could set: numeric stress cannot be switched off.
+2. `PROPERTY_SEED: n` is printed before the import, so a property failure replays.
+3. Static checks (framework gate, forbidden-op scan of solution.py and every sidecar it loads)
+   run before any solution code executes.
+4. The solution is imported under a unique module name, its folder importable (sidecars).
+5. One small case runs under the runtime recorder (every torch function and aten op dispatched,
+   every module imported): a forbidden op reached indirectly fails.
+6. Every shape x seed x (nominal + every numeric-stress case), then the property plan, then 11
+   repeated calls and two in-place overwrites of the inputs keeping the data pointer (one that bumps
+   the version counter, one that does not): the output must track the new data.
+
+Outputs must be plain `torch.Tensor` objects (exact type, no subclass or lazy wrapper) of the
+reference's dtype, device and shape; NaN/inf fails; closeness is elementwise
+|o - r| <= atol + rtol * |r|. Top-k indices are checked by gathering the input at them (ties are
+allowed, duplicates are not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import random
+import secrets
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graders.forbidden import ForbiddenHit, RuntimeRecord, record_ops, runtime_hits, scan
+from graders.framework import FrameworkReport, detect, gate
+from graders.logformat import check_fail_line, check_pass_line, property_seed_line
+from graders.problem import ProblemSpec, StressCase, Tolerance, import_isolated, load_problem, shape_desc
+from graders.sources import add_loaded_modules, collect_sources
+
+SMOKE_LINE = "smoke: cpu interpreter run, never publish-grade"
+DEFAULT_SEEDS = (42, 123, 456)
+REPEAT_CALLS = 11
+
+# Captured before any solution code runs: a solution that rebinds torch.abs & co. at import time
+# does not reach the comparisons below.
+_abs, _sub, _isfinite, _gt, _amax, _argmax = torch.abs, torch.sub, torch.isfinite, torch.gt, torch.amax, torch.argmax
+_logical_and, _logical_not, _logical_or = torch.logical_and, torch.logical_not, torch.logical_or
+_count_nonzero, _gather, _where, _zeros_like = torch.count_nonzero, torch.gather, torch.where, torch.zeros_like
+_sort = torch.sort
+_eq = torch.eq
+_full_like = torch.full_like
+_Tensor = torch.Tensor
+_fn_stack_len = torch._C._len_torch_function_stack
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+
+
+class _Fail(Exception):
+    """A check failure carrying its FAIL line."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+@dataclass
+class CheckOutcome:
+    passed: bool
+    lines: list[str]
+    framework: FrameworkReport
+    dispatched_ops: set[str]
+    property_seed: int | None = None
+    forbidden: list[ForbiddenHit] = field(default_factory=list)
+    smoke: bool = False
+    sources: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Where:
+    shape_index: int
+    shape: dict[str, Any]
+    seed: int
+    case: str
+    prop: bool = False  # a property-stress failure (grammar: "... property stress: ...")
+
+    def fail(self, detail: str) -> str:
+        if self.prop:
+            return check_fail_line(
+                "property_stress", shape=self.shape_index, shape_desc=shape_desc(self.shape),
+                seed=self.seed, case=self.case, detail=detail,
+            )
+        head = f"shape {self.shape_index} {_fmt_tuple(shape_desc(self.shape))} seed {self.seed} case {self.case}"
+        return f"FAIL: {head}: {detail}"
+
+    def tolerance_fail(self, stats: dict[str, Any]) -> str:
+        if self.prop:
+            return self.fail(_tolerance_detail(stats))
+        return check_fail_line(
+            "tolerance", shape=self.shape_index, shape_desc=shape_desc(self.shape), seed=self.seed,
+            case=self.case, **stats,
+        )
+
+
+def _fmt_tuple(t: tuple[Any, ...]) -> str:
+    return "(" + ",".join(str(x) for x in t) + ")"
+
+
+def _tolerance_detail(stats: dict[str, Any]) -> str:
+    return (
+        f"tolerance exceeded: max_abs_diff={stats['max_abs_diff']:.6g} max_rel_diff={stats['max_rel_diff']:.6g} "
+        f"bad={stats['bad']}/{stats['total']} worst_idx={_fmt_tuple(stats['worst_idx'])}"
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    msg = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {msg[:400]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison
+
+
+def _require_plain(out: Any, ref: _Tensor, where: _Where, what: str) -> _Tensor:
+    if type(out) is not _Tensor:
+        raise _Fail(where.fail(f"{what} is {type(out).__module__}.{type(out).__qualname__}, not a plain torch.Tensor"))
+    if out.dtype != ref.dtype:
+        raise _Fail(where.fail(f"{what} dtype {out.dtype} != reference {ref.dtype}"))
+    if out.device != ref.device:
+        raise _Fail(where.fail(f"{what} device {out.device} != reference {ref.device}"))
+    if tuple(out.shape) != tuple(ref.shape):
+        raise _Fail(where.fail(f"{what} shape {tuple(out.shape)} != reference {tuple(ref.shape)}"))
+    return out
+
+
+def _unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    idx: list[int] = []
+    for dim in reversed(list(shape)):
+        idx.append(flat % dim if dim else 0)
+        flat = flat // dim if dim else 0
+    return tuple(reversed(idx))
+
+
+def _closeness(out: _Tensor, ref: _Tensor, tol: Tolerance) -> dict[str, Any] | None:
+    """None when every element is within tolerance, else the failure statistics."""
+    o = out.detach().to(torch.float64)
+    r = ref.detach().to(torch.float64)
+    total = r.numel()
+    if total == 0:
+        return None
+    r_fin = _isfinite(r)
+    o_fin = _isfinite(o)
+    diff = _abs(_sub(o, r))
+    bound = tol.atol + tol.rtol * _abs(r)
+    over = _logical_and(_gt(diff, bound), r_fin)
+    nonfinite = _logical_and(_logical_not(o_fin), r_fin)
+    # Where the reference itself is +-inf, the output must be the same infinity.
+    inf_mismatch = _logical_and(_logical_not(r_fin), _logical_not(_eq(o, r)))
+    inf_mismatch = _logical_and(inf_mismatch, _logical_not(torch.isnan(r)))
+    bad = _logical_or(_logical_or(over, nonfinite), inf_mismatch)
+    n_bad = int(_count_nonzero(bad))
+    if n_bad == 0:
+        return None
+    # Ranking: the element furthest beyond its bound (non-finite outputs rank first).
+    excess = _sub(diff, bound)
+    excess = _where(_isfinite(excess), excess, _full_like(excess, math.inf))
+    worst = int(_argmax(_where(bad, excess, _full_like(excess, -math.inf)).reshape(-1)))
+    bad_diff = _where(bad, _where(_isfinite(diff), diff, _full_like(diff, math.inf)), _zeros_like(diff))
+    max_abs = float(_amax(bad_diff))
+    rel = bad_diff / _abs(r).clamp_min(1e-30)
+    max_rel = float(_amax(_where(bad, rel, _zeros_like(rel))))
+    return {
+        "max_abs_diff": max_abs,
+        "max_rel_diff": max_rel,
+        "bad": n_bad,
+        "total": total,
+        "worst_idx": _unravel(worst, r.shape),
+    }
+
+
+def compare_output(
+    out: Any, ref_out: Any, tol: Tolerance, kind: str, where: _Where, x_input: _Tensor | None = None
+) -> None:
+    """Raise _Fail with the grammar line when `out` does not match `ref_out`."""
+    if kind == "topk":
+        _compare_topk(out, ref_out, tol, where, x_input)
+        return
+    if isinstance(ref_out, (tuple, list)):
+        if not isinstance(out, (tuple, list)) or len(out) != len(ref_out):
+            raise _Fail(where.fail(f"output is {type(out).__name__}, expected a sequence of {len(ref_out)} tensors"))
+        for i, (o, r) in enumerate(zip(out, ref_out, strict=True)):
+            _require_plain(o, r, where, f"output[{i}]")
+            stats = _closeness(o, r, tol)
+            if stats is not None:
+                raise _Fail(where.tolerance_fail(stats))
+        return
+    _require_plain(out, ref_out, where, "output")
+    stats = _closeness(out, ref_out, tol)
+    if stats is not None:
+        raise _Fail(where.tolerance_fail(stats))
+
+
+def _compare_topk(out: Any, ref_out: Any, tol: Tolerance, where: _Where, x: _Tensor | None) -> None:
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise _Fail(where.fail(f"output is {type(out).__name__}, expected (values, indices)"))
+    values, indices = out
+    ref_values, ref_indices = ref_out[0], ref_out[1]
+    _require_plain(values, ref_values, where, "values")
+    if type(indices) is not _Tensor:
+        raise _Fail(where.fail(f"indices is {type(indices).__qualname__}, not a plain torch.Tensor"))
+    if indices.dtype != torch.int64:
+        raise _Fail(where.fail(f"indices dtype {indices.dtype} != torch.int64"))
+    if indices.device != ref_indices.device or tuple(indices.shape) != tuple(ref_indices.shape):
+        raise _Fail(where.fail(f"indices shape/device {tuple(indices.shape)}/{indices.device} != reference "
+                               f"{tuple(ref_indices.shape)}/{ref_indices.device}"))
+    stats = _closeness(values, ref_values, tol)
+    if stats is not None:
+        raise _Fail(where.tolerance_fail(stats))
+    if x is None or indices.numel() == 0:
+        return
+    n = x.shape[-1]
+    idx = indices.detach()
+    out_of_range = int(_count_nonzero(_logical_or(idx < 0, idx >= n)))
+    if out_of_range:
+        raise _Fail(where.fail(f"topk indices out of range [0,{n}): bad={out_of_range}/{idx.numel()}"))
+    srt = _sort(idx, dim=-1).values
+    dups = int(_count_nonzero(_eq(srt[..., 1:], srt[..., :-1]))) if idx.shape[-1] > 1 else 0
+    if dups:
+        raise _Fail(where.fail(f"topk indices repeat within a row: duplicates={dups}"))
+    gathered = _gather(x.detach().to(idx.device), -1, idx)
+    stats = _closeness(gathered, ref_values, tol)
+    if stats is not None:
+        raise _Fail(where.fail("topk indices do not select the top values (gathered x[indices]): "
+                               + _tolerance_detail(stats)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Model construction, inputs, stress
+
+
+def _to_device(inputs: Sequence[Any], device: str) -> list[Any]:
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _clone(inputs: Sequence[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _scale_(t: torch.Tensor, factor: float) -> None:
+    """In-place scale; fp8/int tensors go through a float round trip (same storage kept)."""
+    with torch.no_grad():
+        if t.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            t.mul_(factor)
+        else:
+            t.copy_((t.to(torch.float32) * factor).to(t.dtype))
+
+
+def _state_tensor(model: torch.nn.Module, name: str) -> torch.Tensor:
+    state = model.state_dict(keep_vars=True)
+    if name not in state:
+        raise KeyError(name)
+    return state[name]
+
+
+def _model_inputs(spec: ProblemSpec, seed: int, device: str) -> list[Any]:
+    torch.manual_seed(seed)
+    return _to_device(list(spec.reference.get_inputs()), device)
+
+
+@contextlib.contextmanager
+def _solution_stdout() -> Any:
+    """The solution's prints go to stderr: check.log holds only the grader's lines."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def _check_modes(where: _Where) -> None:
+    if _fn_stack_len() or _dispatch_stack_len():
+        raise _Fail(where.fail("grader tampering: a torch function/dispatch mode is still active after the solution ran"))
+
+
+class _Runner:
+    def __init__(self, spec: ProblemSpec, sol_model: type, device: str) -> None:
+        self.spec = spec
+        self.sol_model = sol_model
+        self.device = device
+
+    def build(self, shape_index: int, seed: int, where: _Where) -> tuple[torch.nn.Module, torch.nn.Module]:
+        spec = self.spec
+        torch.manual_seed(seed)
+        init = list(spec.reference.get_init_inputs())
+        ref = spec.model_class(*init).to(self.device).eval()
+        torch.manual_seed(seed)
+        try:
+            with _solution_stdout():
+                sol = self.sol_model(*init)
+                sol = sol.to(self.device).eval()
+        except Exception as exc:
+            raise _Fail(where.fail(f"runtime error: Model construction: {_one_line(exc)}")) from None
+        try:
+            with _solution_stdout():
+                sol.load_state_dict(ref.state_dict(), strict=True)
+        except Exception as exc:
+            raise _Fail(check_fail_line("state_dict_mismatch", shape=shape_index, detail=_one_line(exc))) from None
+        return ref, sol
+
+    def run_pair(
+        self, ref: torch.nn.Module, sol: torch.nn.Module, inputs: list[Any], where: _Where
+    ) -> tuple[Any, Any, torch.Tensor | None]:
+        ref_inputs = _clone(inputs)
+        x0 = ref_inputs[0].clone() if ref_inputs and isinstance(ref_inputs[0], torch.Tensor) else None
+        with torch.no_grad():
+            ref_out = ref(*ref_inputs)
+        out = self.call(sol, inputs, where)
+        return out, ref_out, x0
+
+    def call(self, sol: torch.nn.Module, inputs: list[Any], where: _Where) -> Any:
+        try:
+            with torch.no_grad(), _solution_stdout():
+                out = sol(*inputs)
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as exc:
+            raise _Fail(where.fail(f"runtime error: {_one_line(exc)}")) from None
+        _check_modes(where)
+        return out
+
+    def scale_case(
+        self, ref: torch.nn.Module, sol: torch.nn.Module, inputs: list[Any], case: StressCase, where: _Where
+    ) -> None:
+        for pos, factor in case.scale_inputs.items():
+            if pos >= len(inputs) or not isinstance(inputs[pos], torch.Tensor):
+                raise _Fail(where.fail(f"stress case {case.name}: no tensor input at position {pos}"))
+            _scale_(inputs[pos], factor)
+        for name, factor in case.scale_state.items():
+            try:
+                _scale_(_state_tensor(ref, name), factor)
+                with _solution_stdout():
+                    _scale_(_state_tensor(sol, name), factor)
+            except KeyError:
+                raise _Fail(where.fail(f"stress case {case.name}: no state entry {name!r}")) from None
+
+
+def _recorded_pass(
+    runner: _Runner, shape: dict[str, Any], seed: int, record: RuntimeRecord, forbidden: list[str]
+) -> None:
+    """One small nominal case with every dispatched op recorded (also checked for correctness)."""
+    spec = runner.spec
+    where = _Where(0, shape, seed, "recorded")
+    spec.apply_shape(shape)
+    torch.manual_seed(seed)
+    init = list(spec.reference.get_init_inputs())
+    ref = spec.model_class(*init).to(runner.device).eval()
+    inputs = _model_inputs(spec, seed, runner.device)
+    ref_inputs = _clone(inputs)
+    with torch.no_grad():
+        ref_out = ref(*ref_inputs)
+    torch.manual_seed(seed)
+    with record_ops(record):
+        try:
+            with _solution_stdout():
+                sol = runner.sol_model(*init).to(runner.device).eval()
+                sol.load_state_dict(ref.state_dict(), strict=True)
+                with torch.no_grad():
+                    out = sol(*inputs)
+            if runner.device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as exc:
+            if "state_dict" in str(exc) or "Missing key" in str(exc) or "Unexpected key" in str(exc):
+                raise _Fail(check_fail_line("state_dict_mismatch", shape=0, detail=_one_line(exc))) from None
+            raise _Fail(where.fail(f"runtime error: {_one_line(exc)}")) from None
+    if forbidden and runtime_hits(record, forbidden):
+        return  # reported by the caller with the op name
+    compare_output(out, ref_out, spec.tolerance, spec.output, where, ref_inputs[0] if ref_inputs else None)
+
+
+def _property_case(spec: ProblemSpec, seed: int, small: bool) -> tuple[dict[str, Any], list[Any]]:
+    fn = spec.reference.make_property_case
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    if "small" in params:
+        shape, inputs = fn(seed, small=small)
+    else:
+        shape, inputs = fn(seed)
+    return dict(shape), list(inputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry
+
+
+def run_check(
+    solution: Path,
+    problem_dir: Path,
+    *,
+    device: str,
+    shapes: str,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    emit: Callable[[str], None] = print,
+    property_seed: int | None = None,
+    enforce_forbidden: bool = True,
+) -> CheckOutcome:
+    """Check `solution` against the deck problem at `problem_dir`; every line goes to `emit`.
+
+    `seeds` exists for fast CPU tests only; the CLI and the regrade never pass it.
+    `enforce_forbidden=False` exists only for the deck self-test (the reference itself calls the
+    ops its problem forbids, e.g. torch.topk); it is not reachable from any CLI flag.
+    """
+    folder = str(Path(solution).resolve().parent)
+    # The solution's folder stays importable for the whole check (sidecars imported lazily in
+    # forward), and its modules are dropped afterwards so a later check in this process starts clean.
+    sys.path.insert(0, folder)
+    try:
+        return _run_check(solution, problem_dir, device=device, shapes=shapes, seeds=seeds, emit=emit,
+                          property_seed=property_seed, enforce_forbidden=enforce_forbidden)
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None) or ""
+            if f and os.path.dirname(os.path.abspath(f)).startswith(folder):
+                sys.modules.pop(name, None)
+
+
+def _run_check(
+    solution: Path,
+    problem_dir: Path,
+    *,
+    device: str,
+    shapes: str,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    emit: Callable[[str], None] = print,
+    property_seed: int | None = None,
+    enforce_forbidden: bool = True,
+) -> CheckOutcome:
+    lines: list[str] = []
+
+    def out(line: str) -> None:
+        lines.append(line)
+        emit(line)
+
+    solution = Path(solution).resolve()
+    smoke = not device.startswith("cuda")
+    if smoke:
+        # Must precede the first @triton.jit the solution evaluates (triton reads it per decorator).
+        os.environ["TRITON_INTERPRET"] = "1"
+    spec = load_problem(Path(problem_dir))  # trusted config, read before any solution code
+    empty = FrameworkReport(framework="unknown")
+    outcome = CheckOutcome(False, lines, empty, set(), smoke=smoke)
+    if smoke:
+        out(SMOKE_LINE)
+    shape_list = spec.shape_list(shapes)
+    pseed: int | None = None
+    if spec.has_property_cases:
+        pseed = property_seed if property_seed is not None else secrets.randbelow(2**31)
+        out(property_seed_line(pseed))
+    outcome.property_seed = pseed
+
+    # -- static, before any solution code runs ------------------------------------------------
+    if not solution.is_file():
+        out(check_fail_line("solution_import_error", error=f"FileNotFoundError: {solution.name} not found"))
+        return outcome
+    sources = collect_sources(solution)
+    outcome.sources = sorted(sources)
+    fw = detect(sources)
+    outcome.framework = fw
+    out(fw.log_line())
+    why = gate(fw, spec.required_framework)
+    if why:
+        out(f"FAIL: framework not allowed: {why}")
+        return outcome
+    forbidden_list = spec.forbidden if enforce_forbidden else []
+    hits = scan(sources, forbidden_list)
+    if hits:
+        outcome.forbidden = hits
+        out(f"forbidden_evidence: {hits[0].describe()}")
+        out(check_fail_line("forbidden_op", op=hits[0].op))
+        return outcome
+
+    # -- import -------------------------------------------------------------------------------
+    before = set(sys.modules)
+    try:
+        with _solution_stdout():
+            module = import_isolated(solution, "solution")
+    except BaseException as exc:  # SystemExit/KeyboardInterrupt from import are failures too
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out(check_fail_line("solution_import_error", error=_one_line(exc)))
+        return outcome
+    imported = set(sys.modules) - before
+    sol_model = getattr(module, "Model", None)
+    if not isinstance(sol_model, type):
+        out(check_fail_line("solution_import_error", error="solution.py defines no class Model"))
+        return outcome
+    runner = _Runner(spec, sol_model, device)
+
+    try:
+        # -- runtime recorder pass ------------------------------------------------------------
+        record = RuntimeRecord(modules=set(imported))
+        small = spec.shape_list("small")[0]
+        _recorded_pass(runner, small, seeds[0], record, forbidden_list)
+        outcome.dispatched_ops = record.dispatched()
+        # Sidecars imported at run time that the static walk missed are scanned too.
+        module_files = [str(getattr(sys.modules.get(m), "__file__", "") or "") for m in record.modules]
+        added = add_loaded_modules(sources, solution.parent, module_files)
+        late = scan({k: sources[k] for k in added}, forbidden_list) if added else []
+        rhits = late + runtime_hits(record, forbidden_list)
+        if rhits:
+            outcome.forbidden = rhits
+            out(f"forbidden_evidence: {rhits[0].describe()}")
+            raise _Fail(check_fail_line("forbidden_op", op=rhits[0].op))
+
+        # -- shapes x seeds x (nominal + stress) ----------------------------------------------
+        cases: list[StressCase | None] = [None, *spec.numeric_stress]
+        for si, shape in enumerate(shape_list):
+            spec.apply_shape(shape)
+            for seed in seeds:
+                ref, sol = runner.build(si, seed, _Where(si, shape, seed, "nominal"))
+                base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
+                for case in cases:
+                    name = case.name if case else "nominal"
+                    where = _Where(si, shape, seed, name)
+                    if case is not None and case.scale_state:
+                        ref.load_state_dict(base, strict=True)
+                        with _solution_stdout():
+                            sol.load_state_dict(base, strict=True)
+                    inputs = _model_inputs(spec, seed, device)
+                    if case is not None:
+                        runner.scale_case(ref, sol, inputs, case, where)
+                    o, r, x0 = runner.run_pair(ref, sol, inputs, where)
+                    compare_output(o, r, case.tolerance if case else spec.tolerance, spec.output, where, x0)
+                    if case is not None and case.scale_state:
+                        ref.load_state_dict(base, strict=True)
+                        with _solution_stdout():
+                            sol.load_state_dict(base, strict=True)
+                del ref, sol, base
+
+        # -- property plan ----------------------------------------------------------------------
+        if spec.has_property_cases and pseed is not None:
+            rng = random.Random(pseed)
+            for j in range(spec.property_cases):
+                cseed = rng.randrange(2**31)
+                pshape, pinputs = _property_case(spec, cseed, small=(shapes == "small"))
+                spec.apply_shape(pshape)
+                where = _Where(j, pshape, cseed, f"property_{j}", prop=True)
+                ref, sol = runner.build(j, cseed, where)
+                o, r, x0 = runner.run_pair(ref, sol, _to_device(pinputs, device), where)
+                compare_output(o, r, spec.tolerance, spec.output, where, x0)
+
+        # -- repeated calls and in-place overwrite keeping the data pointer ---------------------
+        # On a GPU at every graded shape (a benchmark-aware cache may key on the big shapes);
+        # under the CPU interpreter at the cheapest shape only.
+        if smoke:
+            order = sorted(range(len(shape_list)), key=lambda i: spec.bytes(shape_list[i]))[:1]
+        else:
+            order = list(range(len(shape_list)))
+        for si in order:
+            _repeat_and_overwrite(runner, si, shape_list[si], seeds[0])
+    except _Fail as f:
+        out(f.line)
+        return outcome
+
+    out(check_pass_line())
+    outcome.passed = True
+    return outcome
+
+
+def _repeat_and_overwrite(runner: _Runner, si: int, shape: dict[str, Any], seed: int) -> None:
+    spec = runner.spec
+    spec.apply_shape(shape)
+    where = _Where(si, shape, seed, "repeat_call", prop=True)
+    ref, sol = runner.build(si, seed, where)
+    inputs = _model_inputs(spec, seed, runner.device)
+    ref_inputs = _clone(inputs)
+    with torch.no_grad():
+        ref_out = ref(*ref_inputs)
+    x0 = ref_inputs[0] if ref_inputs and isinstance(ref_inputs[0], torch.Tensor) else None
+    for i in range(REPEAT_CALLS):
+        w = _Where(si, shape, seed, f"repeat_call_{i + 1}", prop=True)
+        compare_output(runner.call(sol, inputs, w), ref_out, spec.tolerance, spec.output, w, x0)
+
+    float_positions = [
+        i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dtype.is_floating_point
+    ]
+    if not float_positions:
+        return
+    for variant, new_seed in (("overwrite_inplace", seed + 1), ("overwrite_inplace_same_version", seed + 2)):
+        fresh = _model_inputs(spec, new_seed, runner.device)
+        w = _Where(si, shape, seed, variant, prop=True)
+        for i in float_positions:
+            x = inputs[i]
+            ptr, version = x.data_ptr(), x._version
+            with torch.no_grad():
+                if variant == "overwrite_inplace":
+                    x.copy_(fresh[i])
+                else:
+                    # Through .data: same storage, same data_ptr, the version counter does NOT move:
+                    # a cache keyed on (data_ptr, _version) is fooled, a live kernel is not.
+                    x.data.copy_(fresh[i])
+            if x.data_ptr() != ptr:
+                raise _Fail(w.fail("grader error: overwrite moved the input"))
+            if variant != "overwrite_inplace" and x._version != version:
+                raise _Fail(w.fail("grader error: overwrite bumped the version counter"))
+        ref_inputs = _clone(inputs)
+        with torch.no_grad():
+            ref_out = ref(*ref_inputs)
+        x0 = ref_inputs[0] if isinstance(ref_inputs[0], torch.Tensor) else None
+        compare_output(runner.call(sol, inputs, w), ref_out, spec.tolerance, spec.output, w, x0)

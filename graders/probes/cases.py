@@ -1,0 +1,302 @@
+"""Deterministic probe cases shared by the untrusted runner and the trusted verifier.
+
+Both sides rebuild the same case from (problem, shape, seed, device) and apply the same mutation
+plan (pure data: which input, which rows/positions, which RNG seed, bump the version counter or
+not), so the trusted side never has to believe inputs the solution's process hands back: it only
+loads the solution's OUTPUTS (plain tensors, `torch.load(weights_only=True)`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from graders.problem import ProblemSpec
+
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass
+class Case:
+    shape: dict[str, Any]
+    seed: int
+    init_inputs: list[Any]
+    ref_model: torch.nn.Module
+    inputs: list[Any]
+
+
+def is_float(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or "float8" in str(t.dtype))
+
+
+def _to_device(x: Any, device: str) -> Any:
+    return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def build_case(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str) -> Case:
+    """Reference model and inputs for one shape and seed (the graders' order and reseeding)."""
+    spec.apply_shape(shape)
+    torch.manual_seed(seed)
+    init = list(spec.reference.get_init_inputs())
+    ref = spec.reference.Model(*init).to(device).eval()
+    torch.manual_seed(seed)  # inputs exactly as graders.correctness / graders.timing draw them
+    inputs = [_to_device(x, device) for x in spec.reference.get_inputs()]
+    return Case(dict(shape), seed, init, ref, inputs)
+
+
+def fresh_inputs(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str) -> list[Any]:
+    spec.apply_shape(shape)
+    torch.manual_seed(seed)
+    return [_to_device(x, device) for x in spec.reference.get_inputs()]
+
+
+def outputs_as_list(out: Any) -> list[torch.Tensor]:
+    """Normalise a forward result to a list of tensors (tuple outputs such as top-k)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, list | tuple) and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    raise TypeError(f"forward returned {type(out).__name__}, not a tensor or a tuple of tensors")
+
+
+def snapshot(out: Any) -> list[torch.Tensor]:
+    """Plain CPU copies of an output (never a subclass: `torch.Tensor(...)` strips nothing silently)."""
+    snaps = []
+    for t in outputs_as_list(out):
+        if type(t) is not torch.Tensor:
+            raise TypeError(f"output is a {type(t).__name__}, not a plain torch.Tensor")
+        snaps.append(t.detach().to("cpu", copy=True).contiguous().clone())
+    return snaps
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes that keep data_ptr: bumping the version counter (normal in-place ops) or not (a second
+# tensor aliasing the same storage through `set_`, which has its own version counter).
+
+
+def raw_alias(t: torch.Tensor) -> torch.Tensor:
+    alias = torch.empty(0, dtype=t.dtype, device=t.device)
+    alias.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    return alias
+
+
+def _target(t: torch.Tensor, bump: bool) -> torch.Tensor:
+    return t if bump else raw_alias(t)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_INT_VIEW[t.element_size()]) if t.element_size() in _INT_VIEW else t
+
+
+def _dtype_max(dtype: torch.dtype) -> float:
+    try:
+        return float(torch.finfo(dtype).max)
+    except TypeError:
+        return 3.0e38
+
+
+def _scale_of(t: torch.Tensor) -> float:
+    m = float(t.detach().float().abs().max().item()) if t.numel() else 0.0
+    return m / 3.0 if m > 0 and math.isfinite(m) else 1.0
+
+
+def _random_like(shape: Sequence[int], dtype: torch.dtype, scale: float, seed: int, device: torch.device) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    v = torch.randn(tuple(shape), generator=g) * scale
+    lim = _dtype_max(dtype)
+    return v.clamp(-lim, lim).to(dtype).to(device)
+
+
+def _write(t: torch.Tensor, index: Any, values: torch.Tensor, bump: bool) -> None:
+    dst = _target(t, bump)
+    with torch.no_grad():
+        if index is None:
+            dst.copy_(values)
+        else:
+            _bits(dst)[index] = _bits(values.to(dst.dtype))
+
+
+def overwrite_plan(inputs: Sequence[Any], base_seed: int) -> list[dict[str, Any]]:
+    """(a) fresh data everywhere, (b) one row (first and last), (c) scattered large elements;
+    each once through an in-place op that bumps `_version` and once through a raw alias."""
+    float_idx = [i for i, t in enumerate(inputs) if is_float(t) and t.numel() > 0]
+    if not float_idx:
+        return []
+    first = float_idx[0]
+    rows = inputs[first].shape[0] if inputs[first].dim() >= 1 else 1
+    steps: list[dict[str, Any]] = []
+    seed = base_seed
+    for bump in (True, False):
+        seed += 1
+        steps.append({"name": f"full_{'bump' if bump else 'raw'}", "kind": "full", "inputs": float_idx,
+                      "seed": seed, "bump": bump})
+    for row in sorted({0, rows - 1}):
+        for bump in (True, False):
+            seed += 1
+            steps.append({"name": f"row{row}_{'bump' if bump else 'raw'}", "kind": "row", "input": first,
+                          "row": row, "seed": seed, "bump": bump})
+    for bump in (True, False):
+        seed += 1
+        steps.append({"name": f"scatter_{'bump' if bump else 'raw'}", "kind": "scatter", "inputs": float_idx,
+                      "count": 8, "seed": seed, "bump": bump})
+    return steps
+
+
+def apply_mutation(inputs: list[Any], step: dict[str, Any]) -> dict[str, Any]:
+    """Apply one plan step in place; returns what it touched (data_ptr/version before and after)."""
+    kind = step["kind"]
+    touched = step["inputs"] if "inputs" in step else [step["input"]]
+    before = {i: (inputs[i].data_ptr(), inputs[i]._version) for i in touched}
+    for n, i in enumerate(touched):
+        t: torch.Tensor = inputs[i]
+        scale = _scale_of(t)
+        seed = int(step["seed"]) * 131 + n
+        if kind == "full":
+            _write(t, None, _random_like(t.shape, t.dtype, scale, seed, t.device), step["bump"])
+        elif kind == "row":
+            if t.dim() == 0:
+                _write(t, None, _random_like((), t.dtype, scale, seed, t.device), step["bump"])
+            else:
+                row = int(step["row"])
+                vals = _random_like(t.shape[1:], t.dtype, scale, seed, t.device)
+                _write(t, (torch.tensor([row], device=t.device),), vals.unsqueeze(0), step["bump"])
+        elif kind == "scatter":
+            g = torch.Generator(device="cpu").manual_seed(seed)
+            count = min(int(step["count"]), t.numel())
+            flat = torch.randperm(t.numel(), generator=g)[:count]
+            idx = tuple(ix.to(t.device) for ix in torch.unravel_index(flat, t.shape)) if t.dim() else None
+            signs = torch.where(torch.rand(count, generator=g) < 0.5, -1.0, 1.0)
+            big = min(scale * 12.0, _dtype_max(t.dtype) / 2)
+            vals = (signs * big).to(t.dtype).to(t.device)
+            _write(t, idx, vals if idx is not None else vals[0], step["bump"])
+        else:
+            raise ValueError(f"unknown mutation kind {kind}")
+    after = {i: (inputs[i].data_ptr(), inputs[i]._version) for i in touched}
+    return {
+        "same_data_ptr": all(before[i][0] == after[i][0] for i in touched),
+        "version_bumped": any(after[i][1] != before[i][1] for i in touched),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight / buffer mutation (numeric-stress style in-place rescale)
+
+
+def weight_plan(spec: ProblemSpec, state_names: Sequence[str]) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = [
+        {"name": "all_x0.5_bump", "scale": {n: 0.5 for n in state_names}, "bump": True},
+        {"name": "all_x3_raw", "scale": {n: 3.0 for n in state_names}, "bump": False},
+    ]
+    for case in spec.numeric_stress:
+        if case.scale_state:
+            steps.append({"name": f"stress_{case.name}_bump", "scale": dict(case.scale_state), "bump": True,
+                          "atol": case.tolerance.atol, "rtol": case.tolerance.rtol})
+    return steps
+
+
+def float_state_names(model: torch.nn.Module) -> list[str]:
+    return [n for n, t in model.state_dict().items() if is_float(t) and t.numel() > 0]
+
+
+def apply_state_mutation(model: torch.nn.Module, step: dict[str, Any]) -> dict[str, Any]:
+    state = model.state_dict(keep_vars=True)
+    changed = []
+    for name, factor in step["scale"].items():
+        t = state.get(name)
+        if not is_float(t):
+            continue
+        assert isinstance(t, torch.Tensor)
+        data = t.data if t.requires_grad else t
+        new = (data.detach().float() * float(factor)).clamp(-_dtype_max(t.dtype), _dtype_max(t.dtype)).to(t.dtype)
+        before = t._version
+        _write(data, None, new, bool(step["bump"]))
+        changed.append({"name": name, "version_bumped": t._version != before})
+    return {"changed": changed}
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison
+
+
+def compare(
+    sol: Sequence[torch.Tensor],
+    ref: Sequence[torch.Tensor],
+    *,
+    atol: float,
+    rtol: float,
+    output_kind: str = "tensor",
+    inputs: Sequence[Any] | None = None,
+) -> dict[str, Any]:
+    """Tolerance comparison in the check grammar's terms (max_abs_diff, bad/total, worst index)."""
+    if output_kind == "topk" and len(ref) >= 2 and len(sol) >= 2 and inputs:
+        x = inputs[0].detach().to("cpu").float()
+        values = sol[0].float()
+        try:
+            gathered = torch.gather(x, -1, sol[1].to(torch.int64).clamp(0, x.shape[-1] - 1))
+        except RuntimeError:
+            return _mismatch(ref[0], "indices have the wrong shape")
+        res = _close(values, ref[0].float(), atol, rtol)
+        res_idx = _close(gathered, ref[0].float(), atol, rtol)
+        res["bad"] += res_idx["bad"]
+        res["max_abs_diff"] = max(res["max_abs_diff"], res_idx["max_abs_diff"])
+        res["ok"] = res["ok"] and res_idx["ok"]
+        return res
+    if len(sol) != len(ref):
+        return _mismatch(ref[0] if ref else torch.zeros(1), f"{len(sol)} outputs, reference has {len(ref)}")
+    total: dict[str, Any] = {"ok": True, "max_abs_diff": 0.0, "bad": 0, "total": 0, "worst_idx": None, "note": ""}
+    for s, r in zip(sol, ref, strict=True):
+        if s.shape != r.shape:
+            return _mismatch(r, f"shape {tuple(s.shape)} != reference {tuple(r.shape)}")
+        if s.dtype != r.dtype:
+            return _mismatch(r, f"dtype {s.dtype} != reference {r.dtype}")
+        part = _close(s.float() if s.is_floating_point() or "float8" in str(s.dtype) else s.double(),
+                      r.float() if r.is_floating_point() or "float8" in str(r.dtype) else r.double(), atol, rtol)
+        total["ok"] = total["ok"] and part["ok"]
+        total["bad"] += part["bad"]
+        total["total"] += part["total"]
+        if part["max_abs_diff"] >= total["max_abs_diff"]:
+            total["max_abs_diff"], total["worst_idx"] = part["max_abs_diff"], part["worst_idx"]
+    return total
+
+
+def _mismatch(ref: torch.Tensor, note: str) -> dict[str, Any]:
+    return {"ok": False, "max_abs_diff": float("inf"), "bad": ref.numel(), "total": ref.numel(),
+            "worst_idx": None, "note": note}
+
+
+def _close(s: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
+    diff = (s - r).abs()
+    bad_mask = ~(diff <= atol + rtol * r.abs())  # NaN/inf compare False -> bad
+    bad = int(bad_mask.sum().item())
+    finite = torch.nan_to_num(diff, nan=float("inf"))
+    flat_idx = int(finite.reshape(-1).argmax().item()) if finite.numel() else 0
+    max_abs = float(finite.reshape(-1)[flat_idx].item()) if finite.numel() else 0.0
+    worst = [int(i) for i in torch.unravel_index(torch.tensor(flat_idx), diff.shape)] if diff.dim() else []
+    return {"ok": bad == 0, "max_abs_diff": max_abs, "bad": bad, "total": int(diff.numel()), "worst_idx": worst,
+            "note": ""}
+
+
+def max_change(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+    """Largest absolute element change between two outputs (inf on shape mismatch)."""
+    worst = 0.0
+    for x, y in zip(a, b, strict=False):
+        if x.shape != y.shape:
+            return float("inf")
+        if x.numel():
+            d = (x.double() - y.double()).abs()
+            worst = max(worst, float(torch.nan_to_num(d, nan=float("inf")).max().item()))
+    return worst
+
+
+def changed_beyond(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], atol: float, rtol: float) -> int:
+    """How many elements of b moved beyond tolerance relative to a (is a mutation informative?)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x.shape == y.shape and x.numel():
+            xd, yd = x.double(), y.double()
+            n += int((~((xd - yd).abs() <= atol + rtol * xd.abs())).sum().item())
+    return n

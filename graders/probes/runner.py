@@ -1,0 +1,338 @@
+"""Untrusted side of the probes: runs INSIDE the sandboxed child that imports the solution.
+
+It only drives the solution through the probe scenarios and SAVES its outputs (plain CPU tensors,
+one file per observation) plus a manifest of what happened (exceptions, data_ptr/version facts,
+CUDA timings and L2 state). It never decides a verdict: `graders.probes.verify` does that in a
+child that never imports the solution, from inputs it rebuilds itself.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graders.probes import cases as C
+from graders.probes import seeds as S
+from graders.problem import ProblemSpec, import_isolated, load_problem
+
+
+class SolutionRaised(Exception):
+    """The solution's forward raised on valid inputs (recorded; the verifier decides)."""
+
+
+def torch_flags() -> dict[str, Any]:
+    """Global torch switches a solution could flip to move the reference (seed: bf16 reduction)."""
+    flags: dict[str, Any] = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "matmul.allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
+    return {k: (v if isinstance(v, bool | int | float | str) else str(v)) for k, v in flags.items()}
+
+
+class Recorder:
+    def __init__(self, out_dir: Path, prefix: str) -> None:
+        self.out_dir = out_dir
+        self.prefix = prefix
+        self.files: list[str] = []
+
+    def save(self, name: str, out: Any) -> None:
+        fname = f"{self.prefix}{name}.pt"
+        torch.save(C.snapshot(out), self.out_dir / fname)
+        self.files.append(fname)
+
+
+def _call(model: torch.nn.Module, inputs: list[Any]) -> Any:
+    try:
+        with torch.no_grad():
+            return model(*inputs)
+    except Exception as exc:  # the solution's own failure, not the probe's
+        raise SolutionRaised(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _make_solution(sol_mod: Any, case: C.Case, device: str) -> torch.nn.Module:
+    model = sol_mod.Model(*case.init_inputs)
+    model = model.to(device).eval()
+    model.load_state_dict(case.ref_model.state_dict(), strict=True)
+    return model  # type: ignore[no-any-return]
+
+
+def run_untrusted(params: dict[str, Any]) -> dict[str, Any]:
+    problem_dir = Path(params["problem_dir"])
+    solution = Path(params["solution"])
+    device = str(params["device"])
+    probes = list(params["probes"])
+    out_dir = Path(params["out_dir"])
+    mode = str(params.get("mode", "warm"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = load_problem(problem_dir)
+    shapes = spec.shape_list(str(params.get("shapes", "small" if device == "cpu" else "all")))
+    bench_shapes = spec.shape_list("small" if device == "cpu" else "all")
+
+    flags_before = torch_flags()
+    sys.path.insert(0, str(solution.parent))
+    sol_mod = import_isolated(solution, "solution")
+    flags_after_import = torch_flags()
+    manifest: dict[str, Any] = {
+        "mode": mode,
+        "device": device,
+        "shapes": [],
+        "flags_before_import": flags_before,
+        "flags_after_import": flags_after_import,
+    }
+    rec = Recorder(out_dir, f"{mode}_")
+
+    if mode == "fresh":
+        for si, shape in enumerate(shapes):
+            entry: dict[str, Any] = {"index": si}
+            _guard(entry, "fresh_vs_warm", partial(_fresh, spec, sol_mod, shape, si, device, rec))
+            manifest["shapes"].append(entry)
+        manifest["files"] = rec.files
+        return manifest
+
+    scenarios: dict[str, Callable[[ProblemSpec, Any, dict[str, Any], int, str, Recorder], dict[str, Any]]] = {
+        "same_storage_overwrite": _same_storage,
+        "weight_mutation": _weight_mutation,
+        "repeat_calls": _repeat_calls,
+        "output_aliasing": _aliasing,
+        "stream_escape": _stream_escape,
+        "l2_policy": _l2_policy,
+    }
+    for si, shape in enumerate(shapes):
+        entry = {"index": si, "shape": shape}
+        for probe in probes:
+            fn = scenarios.get(probe)
+            if fn is None or (probe in ("stream_escape", "l2_policy") and device != "cuda"):
+                continue
+            _guard(entry, probe, partial(fn, spec, sol_mod, shape, si, device, rec))
+        if "fresh_vs_warm" in probes:
+            _guard(entry, "fresh_vs_warm", partial(_warm, spec, sol_mod, shape, si, device, rec))
+        manifest["shapes"].append(entry)
+    if "checked_vs_timed" in probes:
+        manifest["bench_shapes"] = []
+        for bi, shape in enumerate(bench_shapes):
+            entry = {"index": bi, "shape": shape}
+            _guard(entry, "checked_vs_timed", partial(_checked_vs_timed, spec, sol_mod, shape, bi, device, rec))
+            manifest["bench_shapes"].append(entry)
+    manifest["flags_at_end"] = torch_flags()
+    manifest["files"] = rec.files
+    return manifest
+
+
+def _guard(entry: dict[str, Any], probe: str, fn: Callable[[], dict[str, Any]]) -> None:
+    try:
+        entry[probe] = fn()
+    except SolutionRaised as exc:
+        entry[probe] = {"solution_error": str(exc)[:2000]}
+    except Exception as exc:
+        entry[probe] = {"probe_error": f"{type(exc).__name__}: {exc}"[:2000],
+                        "traceback": traceback.format_exc()[-3000:]}
+    finally:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios (each mirrors graders.probes.verify; seeds in graders.probes.seeds)
+
+
+def _same_storage(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+                  rec: Recorder) -> dict[str, Any]:
+    case = C.build_case(spec, shape, S.OVERWRITE, device)
+    model = _make_solution(sol_mod, case, device)
+    inputs = case.inputs
+    for _ in range(S.WARMUP_CALLS):  # prime graphs, caches, autotuners
+        out = _call(model, inputs)
+    rec.save(f"s{si}_sso_warm", out)
+    facts = []
+    for k, step in enumerate(C.overwrite_plan(inputs, S.OVERWRITE)):
+        fact = C.apply_mutation(inputs, step)
+        out = _call(model, inputs)
+        rec.save(f"s{si}_sso_{k}", out)
+        facts.append({"step": step["name"], **fact})
+    return {"steps": facts}
+
+
+def _weight_mutation(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+                     rec: Recorder) -> dict[str, Any]:
+    case = C.build_case(spec, shape, S.WEIGHT, device)
+    model = _make_solution(sol_mod, case, device)
+    for _ in range(S.WARMUP_CALLS):
+        out = _call(model, case.inputs)
+    rec.save(f"s{si}_wm_warm", out)
+    facts = []
+    for k, step in enumerate(C.weight_plan(spec, C.float_state_names(case.ref_model))):
+        fact = C.apply_state_mutation(model, step)
+        out = _call(model, case.inputs)
+        rec.save(f"s{si}_wm_{k}", out)
+        facts.append({"step": step["name"], **fact})
+    return {"steps": facts}
+
+
+def _repeat_calls(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+                  rec: Recorder) -> dict[str, Any]:
+    case = C.build_case(spec, shape, S.REPEAT, device)
+    model = _make_solution(sol_mod, case, device)
+    saved = []
+    for call in range(1, S.REPEAT_CALLS + 1):
+        out = _call(model, case.inputs)
+        if call in S.REPEAT_SAVED:
+            rec.save(f"s{si}_rep_{call}", out)
+            saved.append(call)
+    return {"calls": S.REPEAT_CALLS, "saved": saved}
+
+
+def _aliasing(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+              rec: Recorder) -> dict[str, Any]:
+    case = C.build_case(spec, shape, S.ALIAS_A, device)
+    model = _make_solution(sol_mod, case, device)
+    other = C.fresh_inputs(spec, shape, S.ALIAS_B, device)
+    out1 = _call(model, case.inputs)
+    rec.save(f"s{si}_alias_first", out1)
+    ptr1 = [t.data_ptr() for t in C.outputs_as_list(out1)]
+    out2 = _call(model, other)
+    rec.save(f"s{si}_alias_first_after", out1)
+    rec.save(f"s{si}_alias_second", out2)
+    ptr2 = [t.data_ptr() for t in C.outputs_as_list(out2)]
+    return {"same_storage": ptr1 == ptr2}
+
+
+def _warm(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+          rec: Recorder) -> dict[str, Any]:
+    case = C.build_case(spec, shape, S.FRESH_WARM, device)
+    model = _make_solution(sol_mod, case, device)
+    for _ in range(S.WARMUP_CALLS):
+        out = _call(model, case.inputs)
+    rec.save(f"s{si}_fvw_sol", out)
+    with torch.no_grad():  # the reference, computed in the process that imported the solution
+        rec.save(f"s{si}_fvw_ref", case.ref_model(*case.inputs))
+    return {}
+
+
+def _fresh(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+           rec: Recorder) -> dict[str, Any]:
+    case = C.build_case(spec, shape, S.FRESH_WARM, device)
+    model = _make_solution(sol_mod, case, device)
+    rec.save(f"s{si}_fvw_sol", _call(model, case.inputs))
+    return {}
+
+
+def _flush_buffer(device: str) -> torch.Tensor | None:
+    if device != "cuda":
+        return None
+    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20))
+    return torch.empty(max(2 * l2, 128 << 20) // 4, dtype=torch.int32, device="cuda")
+
+
+def _checked_vs_timed(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], bi: int, device: str,
+                      rec: Recorder) -> dict[str, Any]:
+    """The benchmark's shapes, its seed (2026) and its call pattern (warm-ups, flush between calls)."""
+    case = C.build_case(spec, shape, S.BENCH_SEED, device)
+    model = _make_solution(sol_mod, case, device)
+    flush = _flush_buffer(device)
+    calls = spec.warmup + S.TIMED_EXTRA
+    for call in range(1, calls + 1):
+        if flush is not None:
+            flush.zero_()
+            torch.cuda.synchronize()
+        out = _call(model, case.inputs)
+        if call in (1, calls):
+            rec.save(f"b{bi}_cvt_{call}", out)
+    return {"calls": calls, "saved": [1, calls]}
+
+
+def _stream_escape(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+                   rec: Recorder) -> dict[str, Any]:
+    case = C.build_case(spec, shape, S.STREAM, device)
+    model = _make_solution(sol_mod, case, device)
+    for _ in range(S.WARMUP_CALLS):
+        _call(model, case.inputs)
+    torch.cuda.synchronize()
+    event_ms, wall_stream_ms, wall_device_ms = [], [], []
+    stream = torch.cuda.current_stream()
+    for k in range(S.TIMED_TRIALS):
+        torch.cuda.synchronize()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        e0.record(stream)
+        out = _call(model, case.inputs)
+        e1.record(stream)
+        e1.synchronize()  # the timed stream only
+        t1 = time.perf_counter()
+        if k == 0:
+            rec.save(f"s{si}_se_stream", [t.clone() for t in C.outputs_as_list(out)])
+        torch.cuda.synchronize()  # the whole device
+        t2 = time.perf_counter()
+        if k == 0:
+            rec.save(f"s{si}_se_device", out)
+        event_ms.append(e0.elapsed_time(e1))
+        wall_stream_ms.append((t1 - t0) * 1e3)
+        wall_device_ms.append((t2 - t0) * 1e3)
+    return {
+        "event_ms": statistics.median(event_ms),
+        "wall_stream_ms": statistics.median(wall_stream_ms),
+        "wall_device_ms": statistics.median(wall_device_ms),
+    }
+
+
+def _l2_policy(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,
+               rec: Recorder) -> dict[str, Any]:
+    from graders.probes import cuda_state
+
+    case = C.build_case(spec, shape, S.L2, device)
+    limit_before = cuda_state.persisting_l2_limit()
+    model = _make_solution(sol_mod, case, device)
+    for _ in range(S.WARMUP_CALLS):
+        _call(model, case.inputs)
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    state: dict[str, Any] = {
+        "persisting_l2_limit_before": limit_before,
+        "persisting_l2_limit_after": cuda_state.persisting_l2_limit(),
+        "window_current_stream": cuda_state.stream_access_window(int(stream.cuda_stream)),
+        "window_default_stream": cuda_state.stream_access_window(0),
+    }
+    flush = _flush_buffer(device)
+    assert flush is not None
+
+    def timed(mode: str) -> float:
+        times = []
+        for _ in range(S.TIMED_TRIALS):
+            if mode == "reset":
+                cuda_state.reset_persisting_l2()
+                cuda_state.set_persisting_l2_limit(0)
+            if mode != "warm":
+                flush.zero_()
+            torch.cuda.synchronize()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(stream)
+            _call(model, case.inputs)
+            e1.record(stream)
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1))
+        return statistics.median(times)
+
+    state["warm_ms"] = timed("warm")
+    state["flush_ms"] = timed("flush")  # the plain write flush a harness uses (KBH)
+    limit_end = cuda_state.persisting_l2_limit()
+    state["reset_ms"] = timed("reset")  # kaudit's contract: persisting lines reset, limit 0, flush
+    state["persisting_l2_limit_end"] = limit_end
+    state["bytes"] = spec.bytes(shape)
+    state["flops"] = spec.flops(shape)
+    state["gpu_name"] = torch.cuda.get_device_name(0)
+    state["l2_bytes"] = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
+    return state

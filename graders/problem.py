@@ -1,0 +1,310 @@
+"""A deck problem as the grader sees it: problem.yaml plus the reference and shapes modules.
+
+`load_problem` reads the trusted deck folder only (never the solution's), imports `reference.py`
+and `shapes.py` from it under unique module names (two problems, or the same problem loaded twice,
+never share module state), and evaluates the FLOPs/bytes formulas with a restricted arithmetic
+evaluator: the yaml is data, so nothing in it is ever handed to `eval`.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import itertools
+import math
+import operator
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+_MODULE_COUNTER = itertools.count()
+
+REGIMES = ("compute", "memory")
+OUTPUT_KINDS = ("tensor", "topk")
+
+
+class ProblemError(ValueError):
+    """The deck folder is malformed (missing file, bad yaml, unsafe formula)."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class StressCase:
+    """One numeric-stress case: inputs scaled by position, state scaled by name, its own tolerance."""
+
+    name: str
+    scale_inputs: dict[int, float]
+    scale_state: dict[str, float]
+    tolerance: Tolerance
+
+
+@dataclass
+class ProblemSpec:
+    id: str
+    problem_dir: Path
+    regime: str
+    precision: str
+    flops_expr: str
+    bytes_expr: str
+    tolerance: Tolerance
+    output: str
+    forbidden: list[str]
+    required_framework: str | None
+    allows_lower_precision: bool
+    numeric_stress: list[StressCase]
+    property_cases: int
+    warmup: int
+    trials: int
+    timeouts: dict[str, int]
+    reference: ModuleType
+    shapes: list[dict[str, Any]]
+    small_shapes: list[dict[str, Any]]
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def shape_list(self, which: str) -> list[dict[str, Any]]:
+        """`all` -> the graded SHAPES, `small` -> SMALL_SHAPES (CPU interpreter smoke)."""
+        if which == "all":
+            return list(self.shapes)
+        if which == "small":
+            return list(self.small_shapes)
+        raise ProblemError(f"unknown shape set {which!r} (all | small)")
+
+    def apply_shape(self, shape: Mapping[str, Any]) -> None:
+        """Set the reference module's shape globals (`reference.M = 4096`, ...)."""
+        for key, value in shape.items():
+            setattr(self.reference, key, value)
+
+    def _names(self, shape: Mapping[str, Any]) -> dict[str, float]:
+        # Formulas may use constants the shape dict leaves at their reference default
+        # (page_size, group_size): fall back to the reference module's numeric globals.
+        names: dict[str, float] = {}
+        for key, value in vars(self.reference).items():
+            if not key.startswith("_") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                names[key] = value
+        for key, value in shape.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                names[key] = value
+        return names
+
+    def flops(self, shape: Mapping[str, Any]) -> float:
+        return float(eval_formula(self.flops_expr, self._names(shape)))
+
+    def bytes(self, shape: Mapping[str, Any]) -> float:
+        return float(eval_formula(self.bytes_expr, self._names(shape)))
+
+    @property
+    def model_class(self) -> type:
+        return self.reference.Model  # type: ignore[no-any-return]
+
+    @property
+    def has_property_cases(self) -> bool:
+        return self.property_cases > 0 and callable(getattr(self.reference, "make_property_case", None))
+
+
+# ---------------------------------------------------------------------------------------------
+# Safe formula evaluation
+
+_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCS: dict[str, Callable[..., Any]] = {
+    "min": min,
+    "max": max,
+    "ceil": math.ceil,
+    "floor": math.floor,
+    "int": int,
+    "float": float,
+    "abs": abs,
+    "log2": math.log2,
+    "cdiv": lambda a, b: -(-a // b),
+}
+_MAX_POW = 64  # 2**64 is the largest power a roofline formula needs; bigger is a bomb
+
+
+def eval_formula(expr: str | int | float, names: Mapping[str, float]) -> float:
+    """Evaluate a FLOPs/bytes formula: numbers, names from `names`, + - * / // % **, and a few
+    whitelisted functions (min, max, ceil, floor, int, float, abs, log2, cdiv). Anything else
+    (attribute access, subscripts, lambdas, comprehensions, unknown calls) raises ProblemError."""
+    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
+        return float(expr)
+    if not isinstance(expr, str):
+        raise ProblemError(f"formula must be a string or number, got {type(expr).__name__}")
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise ProblemError(f"formula {expr!r} does not parse: {exc.msg}") from None
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(
+            node.value, bool
+        ):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in names:
+                return names[node.id]
+            raise ProblemError(f"formula {expr!r}: unknown name {node.id!r}")
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > _MAX_POW:
+                raise ProblemError(f"formula {expr!r}: exponent {right} too large")
+            return _BINOPS[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](ev(node.operand))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCS
+            and not node.keywords
+        ):
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+        raise ProblemError(f"formula {expr!r}: {type(node).__name__} is not allowed")
+
+    try:
+        value = ev(tree)
+    except ZeroDivisionError:
+        raise ProblemError(f"formula {expr!r}: division by zero") from None
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def import_isolated(path: Path, prefix: str) -> ModuleType:
+    """Import `path` as a fresh module with a unique name, its folder importable while it loads.
+
+    The module is registered in sys.modules under the unique name only (dataclasses and pickling
+    need that), so a later import of the same file gets a new, independent module.
+    """
+    name = f"_kaudit_{prefix}_{next(_MODULE_COUNTER)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ProblemError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = str(path.parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+    return module
+
+
+def _tolerance(raw: Any, where: str, default: Tolerance | None = None) -> Tolerance:
+    if raw is None and default is not None:
+        return default
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return Tolerance(float(raw), float(raw))
+    if not isinstance(raw, dict):
+        raise ProblemError(f"{where}: tolerance must be a number or {{atol, rtol}}")
+    base = default or Tolerance(0.0, 0.0)
+    return Tolerance(float(raw.get("atol", base.atol)), float(raw.get("rtol", base.rtol)))
+
+
+def _stress_case(raw: Any, index: int, default: Tolerance) -> StressCase:
+    if not isinstance(raw, dict) or not raw.get("name"):
+        raise ProblemError(f"numeric_stress[{index}] must be a mapping with a name")
+    scale_inputs = {int(k): float(v) for k, v in (raw.get("scale_inputs") or {}).items()}
+    scale_state = {str(k): float(v) for k, v in (raw.get("scale_state") or {}).items()}
+    tol = Tolerance(float(raw.get("atol", default.atol)), float(raw.get("rtol", default.rtol)))
+    return StressCase(str(raw["name"]), scale_inputs, scale_state, tol)
+
+
+def load_problem(problem_dir: Path) -> ProblemSpec:
+    """Read a trusted deck problem folder (problem.yaml, reference.py, shapes.py)."""
+    problem_dir = Path(problem_dir).resolve()
+    yaml_path = problem_dir / "problem.yaml"
+    for needed in (yaml_path, problem_dir / "reference.py", problem_dir / "shapes.py"):
+        if not needed.is_file():
+            raise ProblemError(f"{problem_dir.name}: missing {needed.name}")
+    try:
+        raw = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ProblemError(f"{yaml_path}: invalid yaml: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ProblemError(f"{yaml_path}: not a mapping")
+
+    regime = str(raw.get("regime", "compute"))
+    if regime not in REGIMES:
+        raise ProblemError(f"{yaml_path}: regime {regime!r} not in {REGIMES}")
+    output = str(raw.get("output", "tensor"))
+    if output not in OUTPUT_KINDS:
+        raise ProblemError(f"{yaml_path}: output {output!r} not in {OUTPUT_KINDS}")
+    tolerance = _tolerance(raw.get("tolerance"), str(yaml_path))
+    stress = [_stress_case(c, i, tolerance) for i, c in enumerate(raw.get("numeric_stress") or [])]
+    perf = raw.get("perf") or {}
+    timeouts = {str(k): int(v) for k, v in (raw.get("timeouts") or {}).items()}
+    forbidden = [str(x) for x in (raw.get("forbidden") or [])]
+
+    reference = import_isolated(problem_dir / "reference.py", f"ref_{_ident(problem_dir.name)}")
+    shapes_mod = import_isolated(problem_dir / "shapes.py", f"shapes_{_ident(problem_dir.name)}")
+    shapes = [dict(s) for s in getattr(shapes_mod, "SHAPES", [])]
+    small = [dict(s) for s in getattr(shapes_mod, "SMALL_SHAPES", [])] or shapes
+    if not shapes:
+        raise ProblemError(f"{problem_dir.name}: shapes.py defines no SHAPES")
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(reference, attr):
+            raise ProblemError(f"{problem_dir.name}: reference.py lacks {attr}")
+
+    spec = ProblemSpec(
+        id=str(raw.get("id", problem_dir.name)),
+        problem_dir=problem_dir,
+        regime=regime,
+        precision=str(raw.get("precision", "bf16")),
+        flops_expr=str(raw.get("flops", "0")),
+        bytes_expr=str(raw.get("bytes", "0")),
+        tolerance=tolerance,
+        output=output,
+        forbidden=forbidden,
+        required_framework=(str(raw["required_framework"]) if raw.get("required_framework") else None),
+        allows_lower_precision=bool(raw.get("allows_lower_precision", False)),
+        numeric_stress=stress,
+        property_cases=int(raw.get("property_cases", 0) or 0),
+        warmup=int(perf.get("warmup", 10)),
+        trials=int(perf.get("trials", 30)),
+        timeouts=timeouts,
+        reference=reference,
+        shapes=shapes,
+        small_shapes=small,
+        raw=raw,
+    )
+    # Fail at load time, not mid-benchmark, when a formula is unsafe or names an unknown key.
+    for shape in spec.shapes + spec.small_shapes:
+        spec.flops(shape)
+        spec.bytes(shape)
+    return spec
+
+
+def _ident(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def shape_desc(shape: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The shape as the log prints it: the tuple of its values, in key order."""
+    return tuple(shape.values())

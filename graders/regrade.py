@@ -1,0 +1,367 @@
+"""Isolated sequential regrade: lock -> sandboxed check -> sandboxed benchmark -> probes -> provenance.
+
+`regrade(...)` is what the worker, `kaudit regrade` and `kaudit audit --regrade` call. Every step
+runs in a fresh sandboxed child (graders.sandbox); this process never imports the solution.
+
+Failure classification (the seeds' rescue cases): an environment fault — ninja or nvcc missing, a
+compiler missing, a driver/runtime mismatch, a full disk, the lock not obtained, an OOM while a
+foreign process holds GPU memory, the sandbox failing to start, our own grader crashing — is an
+`infra_failure` (retryable; the run is never failed for it). A genuine defect of the submitted
+code — a FAIL line of the check, a crash or early exit of the solution's process, a timeout of the
+check — is a `fail` with the log lines.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import graders
+from graders import gpu_lock
+from graders import probes as probe_names
+from graders.gpu_lock import LockConfig, LockHandle, LockTimeout
+from graders.results import GradeResult, ProbeResult, ProbeStatus, Provenance, ShapeResult
+from graders.sandbox import (
+    SANDBOX_SUBPROCESS,
+    Sandbox,
+    SandboxConfig,
+    SandboxSetupError,
+    StepResult,
+    prepare_workspace,
+)
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+INFRA_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("ninja_missing", r"Ninja is required|ninja: (command )?not found|No module named '?ninja"),
+    ("nvcc_missing", r"nvcc: (command )?not found|No such file or directory: '[^']*nvcc'|CUDA_HOME environment "
+                     r"variable is not set|[Cc]ould not find nvcc|nvcc fatal"),
+    ("compiler_missing", r"(gcc|g\+\+|c\+\+|cc|clang): (command )?not found|command '[^']*(g\+\+|gcc|c\+\+)' "
+                         r"failed|No such file or directory: '(g\+\+|gcc|c\+\+|cc)'"),
+    ("python_headers_missing", r"Python\.h: No such file or directory"),
+    ("driver_mismatch", r"CUDA driver version is insufficient|driver/library version mismatch|CUDA driver "
+                        r"initialization failed|cudaErrorInsufficientDriver|forward compatibility was attempted|"
+                        r"no CUDA-capable device is detected|Found no NVIDIA driver"),
+    ("toolchain_missing", r"[Cc]annot find ptxas|ptxas: not found|libcuda\.so cannot found|failed to find libcuda"),
+    ("disk_full", r"No space left on device"),
+    ("grader_missing", r"No module named 'graders"),
+)
+OOM_PATTERN = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+
+
+def classify_infra(text: str) -> str | None:
+    """The infra fault a log/traceback shows, if any (first match wins)."""
+    for name, pattern in INFRA_PATTERNS:
+        if re.search(pattern, text):
+            return name
+    return None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _nvidia_smi_facts(gpu: int | None) -> dict[str, Any]:
+    if gpu is None or shutil.which("nvidia-smi") is None:
+        return {}
+    keys = ["index", "name", "uuid", "driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm",
+            "clocks.max.mem", "power.limit", "temperature.gpu", "persistence_mode", "compute_mode"]
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(keys)}", "--format=csv,noheader,nounits",
+                              "-i", str(gpu)], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    values = [v.strip() for v in out.strip().splitlines()[0].split(",")] if out.strip() else []
+    return dict(zip(keys, values, strict=False))
+
+
+class _Run:
+    """State of one regrade call (keeps regrade() itself readable)."""
+
+    def __init__(self, solution_dir: Path, problem_dir: Path, device: str, gpu: int | None, progress: Progress | None,
+                 smoke: bool) -> None:
+        self.solution_dir = solution_dir
+        self.problem_dir = problem_dir
+        self.device = device
+        self.gpu = gpu
+        self.progress = progress
+        self.smoke = smoke
+        self.started_at = _now()
+        self.t0 = time.monotonic()
+        self.timings: dict[str, float] = {}
+        self.env: dict[str, Any] = {}
+        self.lock: LockHandle | None = None
+        self.sandbox_mode = "none"
+        self.extra: dict[str, Any] = {}
+
+    def emit(self, phase: str, **info: Any) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(phase, info)
+            except Exception:  # a broken progress sink must not fail a regrade
+                pass
+
+    def provenance(self) -> Provenance:
+        smi = _nvidia_smi_facts(self.gpu if self.device == "cuda" else None)
+        clocks = {k: v for k, v in smi.items() if k.startswith(("clocks", "power", "temperature"))} or None
+        return Provenance(
+            host=socket.gethostname(),
+            gpu_index=self.gpu if self.device == "cuda" else None,
+            gpu_name=smi.get("name") or self.env.get("gpu_name"),
+            gpu_uuid=smi.get("uuid") or self.env.get("gpu_uuid"),
+            driver=smi.get("driver_version"),
+            cuda=self.env.get("cuda"),
+            torch=str(self.env.get("torch") or _local_version("torch")),
+            triton=self.env.get("triton") or _local_version("triton"),
+            clocks=clocks,
+            lock_wait_s=round(self.lock.wait_s, 3) if self.lock else None,
+            lock_hold_s=round(self.lock.hold_s, 3) if self.lock else None,
+            started_at=self.started_at,
+            finished_at=_now(),
+            sandbox=self.sandbox_mode,
+            grader_version=graders.GRADER_VERSION,
+            device=self.device,
+            smoke=self.smoke,
+            extra={"timings_s": {k: round(v, 3) for k, v in self.timings.items()},
+                   "wall_s": round(time.monotonic() - self.t0, 3), **self.extra},
+        )
+
+
+def _local_version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+        return str(mod.__version__)
+    except Exception:
+        return None
+
+
+def regrade(
+    solution_dir: Path,
+    problem: str,
+    deck_root: Path,
+    *,
+    device: str = "cuda",
+    probes: Sequence[str] | None = None,
+    lock: LockConfig | None = None,
+    timeout_s: float = 3600.0,
+    progress: Progress | None = None,
+    gpu: int = 0,
+    shapes: str | None = None,
+    sandbox_mode: str = "auto",
+    mem_limit_mib: int | None = 65536,
+    run_dir: str = "",
+    scratch_dir: Path | None = None,
+) -> GradeResult:
+    """Grade one solution with kaudit's own harness on an idle locked GPU, then probe it.
+
+    `solution_dir` is an unpacked run archive (solution.py + scratch/ sidecars) or a folder/file
+    holding solution.py. `probes=None` runs every probe meaningful on `device`; `[]` runs none.
+    `timeout_s` bounds each sandboxed step. On `device="cpu"` the run is a smoke run (small shapes,
+    Triton interpreter) and never publish-grade; no GPU lock is taken.
+    """
+    problem_dir = (Path(deck_root) / problem).resolve()
+    if not (problem_dir / "problem.yaml").is_file():
+        raise ValueError(f"problem {problem!r} is not in the deck at {deck_root}")
+    smoke = device != "cuda"
+    shape_set = shapes or ("small" if smoke else "all")
+    wanted = probe_names.normalise(probes, device)
+    run = _Run(Path(solution_dir), problem_dir, device, gpu if device == "cuda" else None, progress, smoke)
+    tmp = Path(tempfile.mkdtemp(prefix="kaudit-regrade-", dir=scratch_dir))
+    try:
+        return _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _infra(run: _Run, reason: str, detail: str, check_lines: list[str] | None = None) -> GradeResult:
+    run.extra["infra_reason"] = reason
+    run.emit("done", outcome="infra_failure", reason=reason)
+    return GradeResult(correct=None, check_lines=check_lines or [], benchmark_lines=[], peak_fraction=None, shapes=[],
+                       failure_reason="harness_error", infra_failure=True, framework=None,
+                       provenance=run.provenance(), detail=f"{reason}: {detail}")
+
+
+def _regrade(run: _Run, tmp: Path, shape_set: str, wanted: list[str], lock: LockConfig | None, timeout_s: float,
+             sandbox_mode: str, mem_limit_mib: int | None, run_dir: str) -> GradeResult:
+    try:
+        ws = prepare_workspace(run.solution_dir, tmp)
+    except FileNotFoundError as exc:
+        run.emit("done", outcome="no_solution")
+        return GradeResult(correct=False, check_lines=[], benchmark_lines=[], peak_fraction=None, shapes=[],
+                           failure_reason="no_solution", infra_failure=False, framework=None,
+                           provenance=run.provenance(), detail=str(exc))
+    except (SandboxSetupError, OSError) as exc:
+        return _infra(run, "sandbox_setup", str(exc))
+
+    if run.device == "cuda":
+        cfg = lock or LockConfig()
+        run.emit("lock", gpu=run.gpu, path=str(cfg.path_for(run.gpu or 0)))
+        t = time.monotonic()
+        try:
+            run.lock = gpu_lock.acquire(run.gpu or 0, cfg, run_dir=run_dir,
+                                        on_wait=lambda msg: run.emit("lock", waiting=msg))
+        except LockTimeout as exc:
+            run.timings["lock_wait"] = time.monotonic() - t
+            return _infra(run, "lock_timeout", str(exc))
+        run.extra["foreign_processes_waited_out"] = [a.__dict__ for a in run.lock.foreign_seen]
+        run.extra["nvidia_smi_available"] = run.lock.nvidia_smi_available
+    try:
+        return _locked(run, ws, shape_set, wanted, timeout_s, sandbox_mode, mem_limit_mib)
+    finally:
+        if run.lock is not None:
+            gpu_lock.release(run.lock)
+
+
+def _step(run: _Run, sb: Sandbox, name: str, step: str, params: dict[str, Any], *, trusted: bool = False,
+          timeout_s: float | None = None) -> StepResult:
+    run.emit(name, state="start")
+    t = time.monotonic()
+
+    def forward(data: dict[str, Any]) -> None:
+        run.emit(name, **data)
+
+    res = sb.run(step, params, trusted=trusted, timeout_s=timeout_s, on_progress=forward)
+    run.timings[name] = run.timings.get(name, 0.0) + (time.monotonic() - t)
+    return res
+
+
+def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: float, sandbox_mode: str,
+            mem_limit_mib: int | None) -> GradeResult:
+    config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s, mem_limit_mib=mem_limit_mib,
+                           mode=sandbox_mode)
+    try:
+        sb = Sandbox(ws, config, [run.problem_dir])
+    except SandboxSetupError as exc:
+        return _infra(run, "sandbox_setup", str(exc))
+    run.sandbox_mode = sb.mode
+    if sb.mode == SANDBOX_SUBPROCESS:
+        run.extra["sandbox_reason"] = sb.mode_reason
+
+    common = {"solution": str(ws.solution), "problem_dir": str(run.problem_dir), "device": run.device,
+              "shapes": shape_set}
+    check = _step(run, sb, "check", "check", common)
+    if check.error == "no_start" and sb.mode != SANDBOX_SUBPROCESS and sandbox_mode == "auto":
+        # bwrap passed its probe run but cannot start this interpreter here: fall back, and say so
+        run.extra["sandbox_reason"] = f"bwrap failed to start the check: {check.detail[:300]}"
+        sb = Sandbox(ws, SandboxConfig(**{**config.__dict__, "mode": "subprocess"}), [run.problem_dir])
+        run.sandbox_mode = sb.mode
+        check = _step(run, sb, "check", "check", common)
+    run.env = dict((check.result or {}).get("env") or {})
+    if check.ok and run.device == "cuda" and not run.env.get("cuda_available"):
+        return _infra(run, "driver_mismatch", "torch in the sandbox sees no CUDA device")
+    verdict = _classify_check(run, check)
+    if verdict is not None:
+        return verdict
+    assert check.result is not None
+    check_lines = list(check.result.get("lines") or [])
+    framework = check.result.get("framework")
+
+    bench = _step(run, sb, "benchmark", "bench", common)
+    bench_lines: list[str] = []
+    shapes: list[ShapeResult] = []
+    peak: float | None = None
+    failure_reason: str | None = "pass"
+    detail = None
+    if bench.ok and bench.result is not None:
+        bench_lines = list(bench.result.get("lines") or [])
+        shapes = [_shape(s) for s in bench.result.get("shapes") or []]
+        peak = bench.result.get("peak_fraction")
+        run.extra["sku"] = bench.result.get("sku")
+    else:
+        text = f"{bench.detail}\n{bench.stderr_tail}\n{(bench.result or {}).get('traceback', '')}"
+        infra = classify_infra(text) or _oom_infra(run, text) or _sandbox_infra(bench)
+        if infra:
+            return _infra(run, infra, bench.detail, check_lines)
+        failure_reason = "benchmark_timeout" if bench.timed_out else "benchmark_failed"
+        detail = bench.detail
+
+    probe_results = _run_probes(run, sb, ws, wanted, shape_set, timeout_s) if wanted else []
+    run.emit("done", outcome="graded", correct=True, peak_fraction=peak)
+    return GradeResult(correct=True, check_lines=check_lines, benchmark_lines=bench_lines, peak_fraction=peak,
+                       shapes=shapes, failure_reason=failure_reason, infra_failure=False, framework=framework,
+                       provenance=run.provenance(), probes=probe_results, detail=detail)
+
+
+def _shape(raw: dict[str, Any]) -> ShapeResult:
+    names = {f.name for f in fields(ShapeResult)}
+    return ShapeResult(**{k: v for k, v in raw.items() if k in names})
+
+
+def _oom_infra(run: _Run, text: str) -> str | None:
+    """An OOM counts as infra only when another process holds memory on our GPU right now."""
+    if not re.search(OOM_PATTERN, text) or run.device != "cuda":
+        return None
+    foreign = gpu_lock.foreign_compute_apps(run.gpu or 0, LockConfig())
+    return "oom_neighbour" if foreign else None
+
+
+def _sandbox_infra(res: StepResult) -> str | None:
+    if res.error in ("no_start", "setup"):
+        return "sandbox_setup"
+    if res.error == "grader_error":
+        return "grader_error"  # our harness crashed: not the model's fault, retry and look
+    return None
+
+
+def _classify_check(run: _Run, check: StepResult) -> GradeResult | None:
+    """None when the check passed; otherwise the finished GradeResult (fail or infra)."""
+    lines = list((check.result or {}).get("lines") or [])
+    if check.ok and check.result is not None and check.result.get("passed"):
+        return None
+    text = "\n".join(lines) + f"\n{check.detail}\n{check.stderr_tail}\n{(check.result or {}).get('traceback', '')}"
+    infra = classify_infra(text) or _oom_infra(run, text) or _sandbox_infra(check)
+    if infra:
+        return _infra(run, infra, check.detail or (lines[-1] if lines else ""), lines)
+    if check.timed_out:
+        reason, detail = "check_timeout", check.detail
+    elif check.error == "channel_tampered":
+        reason, detail = "check_failed", f"grader result channel tampered with: {check.detail}"
+    elif check.error in ("no_result", "memory"):
+        reason, detail = "check_failed", check.detail
+    else:
+        reason, detail = "check_failed", lines[-1] if lines else check.detail
+    run.emit("done", outcome="fail", reason=reason)
+    return GradeResult(correct=False, check_lines=lines, benchmark_lines=[], peak_fraction=None, shapes=[],
+                       failure_reason=reason, infra_failure=False,
+                       framework=(check.result or {}).get("framework"), provenance=run.provenance(), detail=detail)
+
+
+def _run_probes(run: _Run, sb: Sandbox, ws: Any, wanted: list[str], shape_set: str,
+                timeout_s: float) -> list[ProbeResult]:
+    base = {"problem_dir": str(run.problem_dir), "solution": str(ws.solution), "device": run.device,
+            "probes": wanted, "out_dir": str(ws.out), "shapes": shape_set, "smoke": run.smoke}
+    fresh: StepResult | None = None
+    if "fresh_vs_warm" in wanted:
+        fresh = _step(run, sb, "probes_fresh", "probe_run", {**base, "mode": "fresh"})
+    warm = _step(run, sb, "probes", "probe_run", {**base, "mode": "warm"})
+    if not warm.ok:
+        # the solution's process died or the probes could not run: say so per probe
+        status = ProbeStatus.FAILED if warm.error in ("no_result", "channel_tampered") else ProbeStatus.ERROR
+        return [ProbeResult(p, status, f"probe process: {warm.error}: {warm.detail[:300]}",
+                            {"stderr_tail": warm.stderr_tail[-1500:]}, run.device, run.smoke) for p in wanted]
+    verify = _step(run, sb, "probes_verify", "probe_verify",
+                   {**base, "warm_manifest": warm.result, "fresh_manifest": fresh.result if fresh and fresh.ok else {}},
+                   trusted=True)
+    if not verify.ok or verify.result is None:
+        return [ProbeResult(p, ProbeStatus.ERROR, f"verifier: {verify.error}: {verify.detail[:300]}",
+                            {"stderr_tail": verify.stderr_tail[-1500:]}, run.device, run.smoke) for p in wanted]
+    out = []
+    for d in verify.result.get("probes") or []:
+        out.append(ProbeResult(probe=d["probe"], status=ProbeStatus(d["status"]), summary=d["summary"],
+                               numbers=d.get("numbers") or {}, device=d.get("device", run.device),
+                               smoke=bool(d.get("smoke", run.smoke)), shape_index=d.get("shape_index")))
+    if fresh is not None and not fresh.ok:
+        for r in out:
+            if r.probe == "fresh_vs_warm":
+                r.status = ProbeStatus.FAILED if fresh.error == "no_result" else ProbeStatus.ERROR
+                r.summary = f"fresh process: {fresh.error}: {fresh.detail[:300]}"
+    return out

@@ -1,0 +1,427 @@
+"""kaudit's benchmark: cold-L2 timing per trial, roofline fraction per shape, benchmark.log lines.
+
+The cold-cache contract, before EVERY timed call (warm-ups included):
+1. reset persisting L2 lines (`cudaCtxResetPersistingL2Cache`) and force the persisting-L2 limit
+   to 0 (`cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize = 0x06, 0)`), so an access-policy
+   window the solution set on its stream cannot keep its weights resident between trials;
+2. flush L2 by writing a buffer of at least 2x the device's L2 size;
+3. synchronize the whole device (not just the current stream);
+then CUDA events around the call on the current stream, a device-wide synchronize, and host wall
+time around the same region. Work that escapes onto another stream or thread is invisible to the
+events but not to the device-wide synchronize: when the event time is much smaller than the wall
+time minus the measured launch/sync overhead the shape is flagged `timing_escape` and the
+conservative (wall-based) time is reported instead.
+
+Statistics: median (reported), p10/p90. Inputs seeded 2026. On CPU (smoke) the same loop uses
+wall-clock time only, and the log says it is a smoke run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graders.logformat import (
+    bench_event_line,
+    bench_fraction_line,
+    bench_shape_line,
+    geomean_fraction,
+    peak_fraction_line,
+    result_line,
+)
+from graders.problem import ProblemSpec, import_isolated, load_problem
+from graders.results import ShapeResult
+from graders.roofline import detect_sku, shape_fraction
+
+BENCH_SEED = 2026
+CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # enum cudaLimit, driver_types.h
+SMOKE_LINE = "smoke: cpu wall-clock timing, never publish-grade"
+FALLBACK_FLUSH_BYTES = 512 * 1024 * 1024  # when the device does not report its L2 size
+# Escape flag: event time below this fraction of (wall - overhead), by more than the absolute slack.
+ESCAPE_RATIO = 0.5
+ESCAPE_SLACK_MS = 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# Persisting-L2 control through the CUDA runtime
+
+
+def _loaded_cudart_paths() -> list[str]:
+    """libcudart images already mapped into this process (the one torch uses comes first)."""
+    paths: list[str] = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                parts = line.split()
+                if parts and "libcudart" in parts[-1] and parts[-1] not in paths:
+                    paths.append(parts[-1])
+    except OSError:
+        pass
+    return paths
+
+
+def _candidate_cudart_paths() -> list[str]:
+    cands = _loaded_cudart_paths()
+    try:
+        import nvidia  # the pip CUDA runtime wheels torch depends on
+
+        for base in getattr(nvidia, "__path__", []):
+            cands += sorted(glob.glob(os.path.join(base, "cuda_runtime", "lib", "libcudart.so*")))
+            cands += sorted(glob.glob(os.path.join(base, "cu*", "lib", "libcudart.so*")))
+    except ImportError:
+        pass
+    found = ctypes.util.find_library("cudart")
+    if found:
+        cands.append(found)
+    cands += ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    return cands
+
+
+class L2Control:
+    """cudaCtxResetPersistingL2Cache + cudaDeviceSetLimit(persisting L2, 0) via ctypes.
+
+    Unsupported calls (a GPU without persisting L2, a runtime without the symbol) are recorded and
+    not retried; the error is cleared with cudaGetLastError so it cannot poison later CUDA calls.
+    """
+
+    def __init__(self) -> None:
+        self.lib: Any = None
+        self.path: str | None = None
+        self.reset_ok: bool | None = None
+        self.limit_ok: bool | None = None
+        self.errors: list[str] = []
+        for cand in _candidate_cudart_paths():
+            try:
+                lib = ctypes.CDLL(cand)
+                lib.cudaCtxResetPersistingL2Cache.restype = ctypes.c_int
+                lib.cudaCtxResetPersistingL2Cache.argtypes = []
+                lib.cudaDeviceSetLimit.restype = ctypes.c_int
+                lib.cudaDeviceSetLimit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+                lib.cudaDeviceGetLimit.restype = ctypes.c_int
+                lib.cudaDeviceGetLimit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+                lib.cudaGetLastError.restype = ctypes.c_int
+                lib.cudaGetLastError.argtypes = []
+            except (OSError, AttributeError):
+                continue
+            self.lib, self.path = lib, cand
+            break
+        if self.lib is None:
+            self.errors.append("libcudart not loadable: persisting-L2 reset unavailable")
+
+    def _call(self, name: str, *args: Any) -> bool:
+        rc = int(getattr(self.lib, name)(*args))
+        if rc != 0:
+            self.lib.cudaGetLastError()  # clear the non-sticky error
+            self.errors.append(f"{name} returned cudaError {rc}")
+            return False
+        return True
+
+    def reset(self) -> None:
+        """Before every timed call. Cheap: two runtime calls, no synchronization of their own."""
+        if self.lib is None:
+            return
+        if self.reset_ok is not False:
+            self.reset_ok = self._call("cudaCtxResetPersistingL2Cache")
+        if self.limit_ok is not False:
+            self.limit_ok = self._call("cudaDeviceSetLimit", CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
+
+    def persisting_limit(self) -> int | None:
+        if self.lib is None:
+            return None
+        v = ctypes.c_size_t(0)
+        rc = int(self.lib.cudaDeviceGetLimit(ctypes.byref(v), CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE))
+        if rc != 0:
+            self.lib.cudaGetLastError()
+            return None
+        return int(v.value)
+
+    def status(self) -> str:
+        if self.lib is None:
+            return "unavailable"
+        ok = self.reset_ok is not False and self.limit_ok is not False
+        return "reset" if ok else "unsupported"
+
+
+def l2_size_bytes(device: torch.device | str | int | None = None) -> int | None:
+    try:
+        props = torch.cuda.get_device_properties(device if device is not None else torch.cuda.current_device())
+    except Exception:
+        return None
+    size = getattr(props, "L2_cache_size", None)
+    return int(size) if size else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The timing loop
+
+
+@dataclass
+class TimingStats:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    trials: int
+    warmup: int
+    event_ms: list[float] = field(default_factory=list)
+    wall_ms: list[float] = field(default_factory=list)
+    overhead_ms: float = 0.0
+    timing_escape: bool = False
+    l2_flush_bytes: int = 0
+    l2_status: str = "n/a"
+
+    @property
+    def reported_ms(self) -> float:
+        return self.median_ms
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    xs = sorted(values)
+    if not xs:
+        return math.nan
+    if len(xs) == 1:
+        return xs[0]
+    pos = q * (len(xs) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+class ColdL2Timer:
+    """Times a callable under the cold-L2 contract on the current CUDA device."""
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cuda", torch.cuda.current_device())
+        self.l2 = L2Control()
+        size = l2_size_bytes(self.device)
+        self.flush_bytes = 2 * size if size else FALLBACK_FLUSH_BYTES
+        # int32 elements; written (not read) each trial: a write evicts dirty and clean lines alike.
+        self.flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=self.device)
+        self.overhead_ms = self._measure_overhead()
+
+    def prepare(self) -> None:
+        """The pre-call half of the contract: L2 persistence off, flush, device-wide sync."""
+        self.l2.reset()
+        self.flush_buf.zero_()
+        torch.cuda.synchronize(self.device)
+
+    def _measure_overhead(self, n: int = 25) -> float:
+        """Median wall time of an empty timed region (events + device sync): the launch/sync floor."""
+        walls: list[float] = []
+        for _ in range(n):
+            torch.cuda.synchronize(self.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            start.record()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            walls.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(walls)
+
+    def time_one(self, fn: Callable[[], Any]) -> tuple[float, float]:
+        """(event_ms, wall_ms) of one call under the full contract."""
+        self.prepare()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(self.device)
+        wall = (time.perf_counter() - t0) * 1e3
+        return float(start.elapsed_time(end)), wall
+
+    def measure(self, fn: Callable[[], Any], *, warmup: int, trials: int) -> TimingStats:
+        for _ in range(warmup):
+            self.time_one(fn)
+        events: list[float] = []
+        walls: list[float] = []
+        for _ in range(trials):
+            e, w = self.time_one(fn)
+            events.append(e)
+            walls.append(w)
+        return summarize(events, walls, self.overhead_ms, warmup, self.flush_bytes, self.l2.status())
+
+
+def summarize(
+    events: Sequence[float], walls: Sequence[float], overhead_ms: float, warmup: int, flush_bytes: int, l2: str
+) -> TimingStats:
+    """Median/p10/p90 of the event times, with the stream/thread-escape cross-check against wall time."""
+    gaps = [(w - overhead_ms) - e for e, w in zip(events, walls, strict=True)]
+    med_event = statistics.median(events)
+    med_host = statistics.median([w - overhead_ms for w in walls])
+    escape = med_event < ESCAPE_RATIO * med_host and statistics.median(gaps) > ESCAPE_SLACK_MS
+    # Under an escape the events missed work: report the host-side time (device-wide sync).
+    series = [max(e, w - overhead_ms) for e, w in zip(events, walls, strict=True)] if escape else list(events)
+    return TimingStats(
+        median_ms=statistics.median(series),
+        p10_ms=_quantile(series, 0.1),
+        p90_ms=_quantile(series, 0.9),
+        trials=len(series),
+        warmup=warmup,
+        event_ms=list(events),
+        wall_ms=list(walls),
+        overhead_ms=overhead_ms,
+        timing_escape=escape,
+        l2_flush_bytes=flush_bytes,
+        l2_status=l2,
+    )
+
+
+def measure_cpu(fn: Callable[[], Any], *, warmup: int, trials: int) -> TimingStats:
+    for _ in range(warmup):
+        fn()
+    walls: list[float] = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        fn()
+        walls.append((time.perf_counter() - t0) * 1e3)
+    return summarize(walls, walls, 0.0, warmup, 0, "n/a (cpu)")
+
+
+# ---------------------------------------------------------------------------------------------
+# run_benchmark
+
+
+@dataclass
+class BenchOutcome:
+    lines: list[str]
+    shapes: list[ShapeResult]
+    peak_fraction: float | None
+    sku: str | None
+    gpu_name: str | None = None
+    smoke: bool = False
+    ok: bool = False
+    stats: list[TimingStats] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # timing_escape, implausible, unknown_sku, ...
+
+
+def _ts() -> str:
+    return f"{time.time():.3f}"
+
+
+def _prepare_inputs(spec: ProblemSpec, shape: dict[str, Any], sol_model: type, device: str) -> tuple[Any, list[Any]]:
+    spec.apply_shape(shape)
+    torch.manual_seed(BENCH_SEED)
+    init = list(spec.reference.get_init_inputs())
+    ref = spec.model_class(*init).to(device).eval()
+    torch.manual_seed(BENCH_SEED)
+    sol = sol_model(*init).to(device).eval()
+    sol.load_state_dict(ref.state_dict(), strict=True)
+    del ref
+    torch.manual_seed(BENCH_SEED)
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in spec.reference.get_inputs()]
+    return sol, inputs
+
+
+def run_benchmark(
+    solution: Path,
+    problem_dir: Path,
+    *,
+    device: str,
+    shapes: str,
+    emit: Callable[[str], None] = print,
+    trials: int | None = None,
+    warmup: int | None = None,
+) -> BenchOutcome:
+    """Benchmark `solution` on every shape of the set; benchmark.log lines go to `emit`.
+
+    `trials`/`warmup` override problem.yaml for fast CPU tests only.
+    """
+    lines: list[str] = []
+
+    def out(line: str) -> None:
+        lines.append(line)
+        emit(line)
+
+    smoke = not device.startswith("cuda")
+    if smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    spec = load_problem(Path(problem_dir))
+    n_warm = warmup if warmup is not None else spec.warmup
+    n_trials = trials if trials is not None else spec.trials
+    result = BenchOutcome(lines, [], None, None, smoke=smoke)
+    if smoke:
+        out(SMOKE_LINE)
+        gpu_name = None
+    else:
+        gpu_name = torch.cuda.get_device_name(torch.cuda.current_device())
+    sku = detect_sku(gpu_name)
+    result.sku, result.gpu_name = sku, gpu_name
+    out(f"device: {gpu_name or 'cpu'} sku={sku or 'unknown'}")
+
+    module = import_isolated(Path(solution).resolve(), "bench_solution")
+    sol_model = module.Model
+    timer = ColdL2Timer() if not smoke else None
+    if timer is not None:
+        out(f"l2: flush_bytes={timer.flush_bytes} persisting={timer.l2.status()} "
+            f"overhead_ms={timer.overhead_ms:.4f} cudart={timer.l2.path or 'none'}")
+    fractions: list[float] = []
+    all_ok = True
+    for si, shape in enumerate(spec.shape_list(shapes)):
+        out(bench_event_line("variant_start", si, "solution", _ts()))
+        t_start = time.perf_counter()
+        try:
+            sol, inputs = _prepare_inputs(spec, shape, sol_model, device)
+
+            def call(sol: Any = sol, inputs: list[Any] = inputs) -> Any:
+                with torch.no_grad():
+                    return sol(*inputs)
+
+            stats = (
+                timer.measure(call, warmup=n_warm, trials=n_trials)
+                if timer is not None
+                else measure_cpu(call, warmup=n_warm, trials=n_trials)
+            )
+        except Exception as exc:
+            all_ok = False
+            msg = " ".join(str(exc).split())[:300].replace(" ", "_")
+            out(bench_event_line("variant_error", si, "solution", _ts(),
+                                 elapsed_s=round(time.perf_counter() - t_start, 3),
+                                 error=f"{type(exc).__name__}:{msg}"))
+            result.shapes.append(ShapeResult(si, dict(shape), None, None, None, None))
+            continue
+        ms = stats.median_ms
+        result.stats.append(stats)
+        flops, nbytes = spec.flops(shape), spec.bytes(shape)
+        fr = shape_fraction(regime=spec.regime, precision=spec.precision, flops=flops, nbytes=nbytes, ms=ms,
+                            sku=None if smoke else sku)
+        out(bench_event_line("variant_end", si, "solution", _ts(),
+                             elapsed_s=round(time.perf_counter() - t_start, 3), ms=round(ms, 6)))
+        out(f"timing shape={si} median_ms={ms:.6f} p10_ms={stats.p10_ms:.6f} p90_ms={stats.p90_ms:.6f} "
+            f"trials={stats.trials} warmup={stats.warmup} l2={stats.l2_status}")
+        if stats.timing_escape:
+            result.flags.append(f"timing_escape shape={si}")
+            out(f"timing_escape shape={si} event_ms={statistics.median(stats.event_ms):.6f} "
+                f"wall_ms={statistics.median(stats.wall_ms):.6f} overhead_ms={stats.overhead_ms:.6f}")
+        out(bench_shape_line(si, fr.tflops, fr.gbps, ms))
+        if fr.fraction is not None:
+            fractions.append(fr.fraction)
+            out(bench_fraction_line(si, fr.fraction))
+        if not fr.plausible:
+            result.flags.append(f"implausible shape={si}")
+            out(f"implausible shape={si} roofline_fraction={fr.roofline_fraction:.3f} reason={fr.reason}")
+        elif fr.fraction is None and fr.reason and not smoke:
+            out(f"no_fraction shape={si} reason={fr.reason.replace(' ', '_')}")
+        result.shapes.append(ShapeResult(si, dict(shape), ms, fr.tflops, fr.gbps, fr.fraction, fr.plausible))
+        del sol, inputs
+    if fractions and len(fractions) == len(result.shapes):
+        peak = geomean_fraction(fractions)
+        result.peak_fraction = round(peak, 4)
+        out(peak_fraction_line(peak))
+        out(result_line(peak))
+    else:
+        reason = "smoke run" if smoke else ("unknown SKU" if sku is None else "not every shape timed")
+        out(f"peak_fraction: none ({reason})")
+    if timer is not None and timer.l2.errors:
+        out(f"l2_warning: {'; '.join(sorted(set(timer.l2.errors)))}")
+    result.ok = all_ok
+    return result

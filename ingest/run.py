@@ -1,0 +1,170 @@
+"""parse_run: everything ingest reads from one unpacked archive, before any audit rule runs.
+
+result.json is authoritative where it has a field; the run id is the fallback (problem,
+harness). Logs are parsed with the shared grammar (graders.logformat), transcripts are
+streamed once each for their stats, and template integrity is computed here, whatever the
+harness claimed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from graders.logformat import parse_benchmark_log, parse_check_log
+from ingest.logs import parse_gpu_lock_log
+from ingest.model import DeckSnapshot, Dialect, ParsedRun, TranscriptStats, UnpackedArchive
+from ingest.runid import parse_run_id
+from ingest.template import check_template_integrity
+from ingest.transcripts import TRANSCRIPT_FILES, iter_events
+
+SOURCE_SUFFIXES = frozenset({".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp", ".ptx"})
+MAX_SOURCE_BYTES = 8 << 20  # a "source" larger than this is data, not something the static model reads
+# Folders whose files are never the submission's sources (caches, the agent's home, the deck).
+_NOT_SOURCE_TOPS = frozenset(
+    {"template_files", "trusted_src", "repo", "cache", "bin", "cbin", "tmp", "agent_home"}
+)
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) and v != "" else None
+
+
+def _is_source_path(path: str) -> bool:
+    p = PurePosixPath(path)
+    if p.suffix not in SOURCE_SUFFIXES or path == "solution.py":
+        return False
+    parts = p.parts
+    if "__pycache__" in parts:
+        return False
+    if len(parts) == 1:
+        return True  # root-level sidecar
+    return parts[0] == "scratch"
+
+
+def sidecar_paths(archive: UnpackedArchive) -> list[str]:
+    """Text sources under scratch/ and at the root (other than solution.py) the solution may load."""
+    return sorted(
+        p for p, sf in archive.files.items() if _is_source_path(p) and sf.is_text and sf.size <= MAX_SOURCE_BYTES
+    )
+
+
+def solution_sources(archive: UnpackedArchive) -> dict[str, str]:
+    """solution.py and every sidecar source, keyed by archive path (what the static model reads)."""
+    out: dict[str, str] = {}
+    if archive.has("solution.py"):
+        out["solution.py"] = archive.read_text("solution.py")
+    for p in sidecar_paths(archive):
+        out[p] = archive.read_text(p)
+    return out
+
+
+def _known_problems(decks: Sequence[DeckSnapshot]) -> list[str]:
+    return sorted({p for d in decks for p in d.problems})
+
+
+def _hardware(result: dict[str, Any]) -> str | None:
+    regrade = result.get("regrade")
+    if isinstance(regrade, dict) and _str(regrade.get("gpu_name")):
+        return str(regrade["gpu_name"])
+    legacy = result.get("legacy")
+    if isinstance(legacy, dict) and _str(legacy.get("gpu_name")):
+        return str(legacy["gpu_name"])
+    for key in ("gpu_name", "hardware", "gpu"):
+        if _str(result.get(key)):
+            return str(result[key])
+    return None
+
+
+def _read_log(archive: UnpackedArchive, name: str, warnings: list[str]) -> str | None:
+    if not archive.has(name):
+        return None
+    sf = archive.files[name]
+    if not sf.is_text:
+        warnings.append(f"{name} is not UTF-8 text; parsed with replacement characters")
+    return archive.read_text(name)
+
+
+def transcript_paths(archive: UnpackedArchive) -> list[str]:
+    """Transcript-like files at the run root, in TRANSCRIPT_FILES order."""
+    return [name for name in TRANSCRIPT_FILES if archive.has(name)]
+
+
+def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> ParsedRun:
+    result_raw = archive.read_text("result.json").lstrip("\ufeff")
+    result: dict[str, Any] = json.loads(result_raw)  # safe_unpack validated it as a JSON object
+    warnings: list[str] = []
+
+    run_id = _str(result.get("run_id")) or archive.root_prefix or archive.archive_sha256[:16]
+    if not _str(result.get("run_id")):
+        warnings.append("result.json has no run_id; using the archive folder name")
+    id_parts = parse_run_id(run_id, _known_problems(decks))
+    problem = _str(result.get("problem")) or id_parts.problem
+    harness = _str(result.get("harness")) or id_parts.harness
+    model = _str(result.get("model")) or id_parts.model_slug
+    effort = result.get("reasoning_effort")
+    reasoning_effort = effort if isinstance(effort, str) else None
+
+    solution_path = "solution.py" if archive.has("solution.py") else None
+    has_solution_claim = result.get("has_solution")
+    if isinstance(has_solution_claim, bool) and has_solution_claim != (solution_path is not None):
+        warnings.append(
+            f"result.json has_solution={has_solution_claim} but solution.py is "
+            f"{'present' if solution_path else 'absent'}"
+        )
+
+    check_text = _read_log(archive, "check.log", warnings)
+    check_c_text = _read_log(archive, "check.contended.log", warnings)
+    bench_text = _read_log(archive, "benchmark.log", warnings)
+    bench_c_text = _read_log(archive, "benchmark.contended.log", warnings)
+    lock_text = _read_log(archive, "gpu_lock.log", warnings)
+
+    transcripts: list[TranscriptStats] = []
+    for name in transcript_paths(archive):
+        stats = TranscriptStats(source=name, dialect=Dialect.UNKNOWN)
+        for _ in iter_events(archive.files[name].staged_path, name, stats):
+            pass
+        if stats.unparsable_lines:
+            warnings.append(f"{name}: {stats.unparsable_lines} line(s) did not parse and were skipped")
+        transcripts.append(stats)
+
+    regrade_record: dict[str, Any] | None = None
+    if archive.has("result.regrade.json"):
+        try:
+            loaded = json.loads(archive.read_bytes("result.regrade.json").decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            loaded = None
+        if isinstance(loaded, dict):
+            regrade_record = loaded
+        else:
+            warnings.append("result.regrade.json is not a UTF-8 JSON object; ignored")
+
+    claim = result.get("template_mutated")
+    template = check_template_integrity(archive, problem, decks, claim if isinstance(claim, bool) else None)
+
+    return ParsedRun(
+        run_id=run_id,
+        result=result,
+        id_parts=id_parts,
+        problem=problem,
+        harness=harness,
+        model=model,
+        reasoning_effort=reasoning_effort,
+        hardware=_hardware(result),
+        started_at=_str(result.get("started_at")),
+        finished_at=_str(result.get("finished_at")),
+        has_solution=solution_path is not None,
+        solution_path=solution_path,
+        sidecars=sidecar_paths(archive),
+        check_log=parse_check_log(check_text) if check_text is not None else None,
+        check_contended_log=parse_check_log(check_c_text) if check_c_text is not None else None,
+        benchmark_log=parse_benchmark_log(bench_text) if bench_text is not None else None,
+        benchmark_contended_log=parse_benchmark_log(bench_c_text) if bench_c_text is not None else None,
+        gpu_lock=parse_gpu_lock_log(lock_text) if lock_text is not None else None,
+        transcripts=transcripts,
+        template=template,
+        warnings=warnings,
+        regrade_record=regrade_record,
+    )

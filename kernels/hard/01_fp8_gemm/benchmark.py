@@ -1,0 +1,13 @@
+"""Benchmark of ./solution.py on this problem's shapes (kaudit's timer; see PROMPT.txt)."""
+
+import sys
+from pathlib import Path
+
+try:
+    from graders.entry import bench_main
+except ImportError:  # run from inside the deck folder: the repo root holds graders/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from graders.entry import bench_main
+
+if __name__ == "__main__":
+    raise SystemExit(bench_main(Path(__file__).resolve().parent))

@@ -1,0 +1,27 @@
+"""Broken W4A16 (wrong math: high nibble taken as the even k row, the swapped packing); must FAIL.
+
+Dequantisation and GEMM are otherwise right, so only the packing convention is wrong: every pair
+of adjacent k rows is swapped, which scrambles the dot products.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, M: int, N: int, K: int, group_size: int = 128) -> None:
+        super().__init__()
+        self.group_size = group_size
+        groups = K // group_size
+        self.register_buffer("w_q", torch.zeros(K // 2, N, dtype=torch.uint8))
+        self.register_buffer("scales", torch.ones(groups, N, dtype=torch.bfloat16))
+        self.register_buffer("zeros", torch.zeros(groups, N, dtype=torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = torch.stack([self.w_q >> 4, self.w_q & 0x0F], dim=1).reshape(-1, self.w_q.shape[1])
+        z = self.zeros.repeat_interleave(self.group_size, dim=0)
+        s = self.scales.repeat_interleave(self.group_size, dim=0)
+        w = ((q.to(torch.bfloat16) - z) * s).float()
+        return (x.float() @ w).to(torch.bfloat16)

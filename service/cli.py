@@ -1,0 +1,420 @@
+"""`kaudit`: the command-line door onto the same services the REST API uses.
+
+Every rejection (a bad archive, a bad setting, an unknown run) exits with code 2 and one line on
+stderr naming the reason; other failures exit 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+
+from ingest.model import ArchiveRejected
+from service.runs.repository import RunFilters
+from service.settings import Settings, describe_validation_error
+
+app = typer.Typer(name="kaudit", help="Audit and provenance service for AI-agent GPU kernel runs.", no_args_is_help=True)
+runs_app = typer.Typer(help="Query stored runs.", no_args_is_help=True)
+deck_app = typer.Typer(help="Registered decks.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+app.add_typer(deck_app, name="deck")
+
+EXPORT_COLUMNS = (
+    "run_id", "problem", "model", "harness", "reasoning_effort", "hardware", "deck", "started_at",
+    "verdict", "reward_hack", "contamination", "template_mutated", "correct", "correct_source",
+    "failure_reason", "measurement_status", "publish_grade", "metric_name", "metric_value",
+    "metric_source", "produced_by", "verdict_at", "archive_sha256",
+)
+
+
+def reject(message: str) -> NoReturn:
+    typer.echo(message.replace("\n", " "), err=True)
+    raise typer.Exit(2)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        reject(f"invalid settings: {describe_validation_error(exc)}")
+
+
+_MIGRATED: set[str] = set()
+
+
+def _services(settings: Settings | None = None) -> Any:
+    from service.context import Services
+
+    settings = settings or _settings()
+    if settings.auto_migrate and settings.database_url not in _MIGRATED:
+        from service.migrate import upgrade_head
+
+        upgrade_head(settings)
+        _MIGRATED.add(settings.database_url)
+    return Services.build(settings)
+
+
+def _filters(
+    model: str | None, harness: str | None, problem: str | None, deck: str | None, hardware: str | None,
+    verdict: str | None, reward_hack: bool | None, contamination: str | None, publish_grade: bool | None,
+    started_from: datetime | None, started_to: datetime | None,
+) -> RunFilters:
+    return RunFilters(
+        model=model, harness=harness, problem=problem, deck=deck, hardware=hardware, verdict=verdict,
+        reward_hack=reward_hack, contamination=contamination, publish_grade=publish_grade,
+        started_from=started_from, started_to=started_to,
+    )
+
+
+Opt = typer.Option
+ModelOpt = Annotated[str | None, Opt(help="filter: model")]
+HarnessOpt = Annotated[str | None, Opt(help="filter: harness")]
+ProblemOpt = Annotated[str | None, Opt(help="filter: problem")]
+DeckOpt = Annotated[str | None, Opt(help="filter: deck")]
+HardwareOpt = Annotated[str | None, Opt(help="filter: hardware (GPU name)")]
+VerdictOpt = Annotated[str | None, Opt(help="filter: current verdict")]
+HackOpt = Annotated[bool | None, Opt("--reward-hack/--no-reward-hack", help="filter: reward_hack")]
+ContamOpt = Annotated[str | None, Opt(help="filter: contamination")]
+PublishOpt = Annotated[bool | None, Opt("--publish-grade/--no-publish-grade", help="filter: publish_grade")]
+FromOpt = Annotated[datetime | None, Opt(help="started_at >= this")]
+ToOpt = Annotated[datetime | None, Opt(help="started_at < this")]
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, Opt(help="bind address (default KAUDIT_HOST)")] = None,
+    port: Annotated[int | None, Opt(help="port (default KAUDIT_PORT)")] = None,
+) -> None:
+    """Run the REST API (and the in-process worker when KAUDIT_WORKER_MODE=inprocess)."""
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = _settings()
+    api = create_app(settings, svc=_services(settings), start_worker=settings.worker_mode == "inprocess")
+    uvicorn.run(api, host=host or settings.host, port=port or settings.port, log_level="info")
+
+
+@app.command()
+def ingest(paths: Annotated[list[Path], typer.Argument(help="run archives (.tar, .tar.gz, .zip)")]) -> None:
+    """Ingest archives into the configured database (exit 2 on the first rejected archive)."""
+    svc = _services()
+    rejected = 0
+    for path in paths:
+        if not path.is_file():
+            reject(f"{path}: no such file")
+        try:
+            outcome = svc.ingest.ingest_file(path)
+        except ArchiveRejected as exc:
+            typer.echo(f"{path}: rejected: {exc.reason.value}: {exc.message}".replace("\n", " "), err=True)
+            rejected += 1
+            continue
+        except Exception as exc:
+            from service.runs.service import RunConflict
+
+            if isinstance(exc, RunConflict):
+                typer.echo(f"{path}: rejected: run_id_conflict: {exc}", err=True)
+                rejected += 1
+                continue
+            raise
+        run = outcome.run
+        state = "stored" if outcome.created else "already stored"
+        typer.echo(f"{run.run_id}\t{state}\tverdict={run.verdict}")
+    if rejected:
+        raise typer.Exit(2)
+
+
+def _summary_line(run: Any) -> str:
+    started = run.started_at.isoformat() if run.started_at else "-"
+    peak = f"{run.peak_fraction:.4f}" if run.peak_fraction is not None else "-"
+    return "\t".join(
+        [run.run_id, run.problem or "-", run.model or "-", run.harness or "-", started, run.verdict or "-", peak]
+    )
+
+
+@runs_app.command("list")
+def runs_list(
+    model: ModelOpt = None, harness: HarnessOpt = None, problem: ProblemOpt = None, deck: DeckOpt = None,
+    hardware: HardwareOpt = None, verdict: VerdictOpt = None, reward_hack: HackOpt = None,
+    contamination: ContamOpt = None, publish_grade: PublishOpt = None, started_from: FromOpt = None,
+    started_to: ToOpt = None,
+    sort: Annotated[str, Opt(help="started_at | ingested | peak_fraction | run_id")] = "started_at",
+    order: Annotated[str, Opt(help="asc | desc")] = "desc",
+    limit: Annotated[int, Opt(min=1, max=500)] = 50,
+    cursor: Annotated[str | None, Opt(help="cursor printed by the previous page")] = None,
+    as_json: Annotated[bool, Opt("--json", help="print JSON")] = False,
+) -> None:
+    """List runs (same filters and cursor as GET /runs)."""
+    from service.runs.repository import SORT_COLUMNS, BadCursor
+    from service.runs.schemas import RunSummary
+
+    if sort not in SORT_COLUMNS or order not in ("asc", "desc"):
+        reject(f"bad sort/order: {sort} {order}")
+    svc = _services()
+    filters = _filters(model, harness, problem, deck, hardware, verdict, reward_hack, contamination,
+                       publish_grade, started_from, started_to)
+    try:
+        rows, next_cursor = svc.runs.page(filters, sort=sort, order=order, limit=limit, cursor=cursor)
+    except BadCursor as exc:
+        reject(f"bad cursor: {exc}")
+    if as_json:
+        items = [RunSummary.model_validate(r).model_dump(mode="json") for r in rows]
+        typer.echo(json.dumps({"items": items, "next_cursor": next_cursor}, indent=2))
+        return
+    for r in rows:
+        typer.echo(_summary_line(r))
+    if next_cursor:
+        typer.echo(f"# next: --cursor {next_cursor}", err=True)
+
+
+@runs_app.command("show")
+def runs_show(run_id: str) -> None:
+    """Show one run as JSON (metadata, logs, template integrity, verdict, findings, measurements)."""
+    from service.runs.schemas import detail_from
+
+    svc = _services()
+    data = svc.runs.detail(run_id)
+    if data is None:
+        reject(f"no run {run_id}")
+    typer.echo(detail_from(data).model_dump_json(indent=2))
+
+
+def export_records(svc: Any, filters: RunFilters) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for run, v in svc.runs.export_rows(filters):
+        metric = (v.metric or {}) if v is not None else {}
+        out.append(
+            {
+                "run_id": run.run_id, "problem": run.problem, "model": run.model, "harness": run.harness,
+                "reasoning_effort": run.reasoning_effort, "hardware": run.hardware, "deck": run.deck,
+                "started_at": run.started_at.isoformat() if run.started_at else None,
+                "verdict": v.verdict if v else None, "reward_hack": v.reward_hack if v else None,
+                "contamination": v.contamination if v else None,
+                "template_mutated": v.template_mutated if v else None, "correct": v.correct if v else None,
+                "correct_source": v.correct_source if v else None,
+                "failure_reason": v.failure_reason if v else None,
+                "measurement_status": v.measurement_status if v else None,
+                "publish_grade": v.publish_grade if v else None,
+                "metric_name": metric.get("name"), "metric_value": metric.get("value"),
+                "metric_source": metric.get("source"), "produced_by": v.produced_by if v else None,
+                "verdict_at": v.created_at.isoformat() if v else None, "archive_sha256": run.archive_sha256,
+            }
+        )
+    return out
+
+
+@app.command()
+def export(
+    fmt: Annotated[str, Opt("--format", help="csv | json | parquet")] = "csv",
+    out: Annotated[Path | None, Opt("--out", help="output file (default stdout; required for parquet)")] = None,
+    model: ModelOpt = None, harness: HarnessOpt = None, problem: ProblemOpt = None, deck: DeckOpt = None,
+    hardware: HardwareOpt = None, verdict: VerdictOpt = None, reward_hack: HackOpt = None,
+    contamination: ContamOpt = None, publish_grade: PublishOpt = None, started_from: FromOpt = None,
+    started_to: ToOpt = None,
+) -> None:
+    """Export the current verdict of every (filtered) run."""
+    if fmt not in ("csv", "json", "parquet"):
+        reject(f"unknown format {fmt!r} (csv, json, parquet)")
+    if fmt == "parquet" and out is None:
+        reject("--out FILE is required for parquet")
+    svc = _services()
+    records = export_records(svc, _filters(model, harness, problem, deck, hardware, verdict, reward_hack,
+                                           contamination, publish_grade, started_from, started_to))
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(records) if records else pa.table({c: pa.array([], pa.string()) for c in EXPORT_COLUMNS})
+        assert out is not None
+        pq.write_table(table, out)
+        typer.echo(f"wrote {len(records)} rows to {out}", err=True)
+        return
+    if fmt == "json":
+        text = json.dumps(records, indent=2)
+    else:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(EXPORT_COLUMNS))
+        writer.writeheader()
+        writer.writerows(records)
+        text = buf.getvalue()
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {len(records)} rows to {out}", err=True)
+
+
+@deck_app.command("import")
+def deck_import(
+    directory: Annotated[Path, typer.Argument(help="a KBH-style deck: <problem>/ folders with the deck files")],
+    name: Annotated[str, Opt("--name", help="deck name")],
+    replace: Annotated[bool, Opt(help="replace a registered deck of that name with different files")] = False,
+) -> None:
+    """Register a deck with per-file sha256/md5/size."""
+    from service.decks.service import DeckConflict
+
+    svc = _services()
+    try:
+        deck, changed = svc.decks.import_dir(directory, name, replace=replace)
+    except (DeckConflict, FileNotFoundError) as exc:
+        reject(f"deck import rejected: {exc}")
+    problems = svc.decks.get(deck.name)
+    n = len({f.problem for f in problems.files}) if problems else 0
+    typer.echo(f"{deck.name}\t{'registered' if changed else 'unchanged'}\tproblems={n}\tsha256={deck.content_sha256}")
+
+
+@deck_app.command("list")
+def deck_list() -> None:
+    """List registered decks."""
+    svc = _services()
+    for d in svc.decks.list():
+        typer.echo(f"{d.name}\t{d.source}\tproblems={len({f.problem for f in d.files})}\t{d.content_sha256[:12]}")
+
+
+@app.command()
+def audit(
+    archive: Annotated[Path, typer.Argument(help="a run archive; audited without a server, nothing stored")],
+    as_json: Annotated[bool, Opt("--json", help="print the verdict object as JSON")] = False,
+    do_regrade: Annotated[bool, Opt("--regrade", help="also run kaudit's regrade and the probes")] = False,
+    device: Annotated[str, Opt(help="cpu | cuda (with --regrade)")] = "cuda",
+) -> None:
+    """Audit one archive: registered decks of the configured DB plus the bundled deck."""
+    from ingest.archive import safe_unpack
+    from ingest.run import parse_run
+    from service.runs.verdict_source import audit_run
+
+    if device not in ("cpu", "cuda"):
+        reject(f"unknown device {device!r} (cpu, cuda)")
+    if not archive.is_file():
+        reject(f"{archive}: no such file")
+    settings = _settings()
+    svc = _services(settings)
+    decks = svc.decks.snapshots()
+    with tempfile.TemporaryDirectory(prefix="kaudit-audit-") as tmp:
+        try:
+            unpacked = safe_unpack(archive, Path(tmp) / "files", settings.limits)
+        except ArchiveRejected as exc:
+            reject(f"rejected: {exc.reason.value}: {exc.message}")
+        parsed = parse_run(unpacked, decks)
+        if not do_regrade:
+            verdict = audit_run(unpacked, parsed, decks)
+    if do_regrade:
+        # The archive passed the configured limits above; the audit library unpacks it again
+        # into its own temp dir, stages the solution and runs the isolated regrade + probes.
+        from audit_rules.engine import audit_path
+
+        verdict = audit_path(archive, decks, regrade_device=device, regrade_timeout_s=settings.regrade_timeout_s)
+    if as_json:
+        typer.echo(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        typer.echo(f"{parsed.run_id}\tverdict={verdict.verdict.value}\treward_hack={verdict.reward_hack}")
+        for line in verdict.reasons:
+            typer.echo(f"  - {line}")
+
+
+@app.command()
+def check(
+    solution: Annotated[Path, typer.Argument(help="solution.py")],
+    problem: Annotated[str, Opt(help="problem id, e.g. 01_fp8_gemm")],
+    deck: Annotated[str, Opt(help="deck name")] = "hard",
+    device: Annotated[str, Opt(help="cpu | cuda")] = "cuda",
+    shapes: Annotated[str, Opt(help="all | small")] = "all",
+) -> None:
+    """kaudit's own correctness check (delegates to graders.cli.check_main)."""
+    from graders.cli import check_main
+
+    raise typer.Exit(check_main(solution, problem, deck, device, shapes))
+
+
+@app.command()
+def bench(
+    solution: Annotated[Path, typer.Argument(help="solution.py")],
+    problem: Annotated[str, Opt(help="problem id")],
+    deck: Annotated[str, Opt(help="deck name")] = "hard",
+    device: Annotated[str, Opt(help="cpu | cuda")] = "cuda",
+    shapes: Annotated[str, Opt(help="all | small")] = "all",
+) -> None:
+    """kaudit's own benchmark (delegates to graders.cli.bench_main)."""
+    from graders.cli import bench_main
+
+    raise typer.Exit(bench_main(solution, problem, deck, device, shapes))
+
+
+@app.command()
+def worker(
+    gpus: Annotated[str | None, Opt(help="comma-separated GPU indices (default KAUDIT_WORKER_GPUS)")] = None,
+    pool: Annotated[str | None, Opt(help="GPU pool to take jobs from (default KAUDIT_WORKER_GPU_POOL)")] = None,
+    once: Annotated[bool, Opt(help="process at most one job per GPU, then exit")] = False,
+) -> None:
+    """Run a regrade worker (service.worker.run_worker)."""
+    from service.worker import run_worker
+
+    settings = _settings()
+    _services(settings)  # migrations, when KAUDIT_AUTO_MIGRATE is on
+    try:
+        gpu_list = [int(g) for g in gpus.split(",")] if gpus else settings.gpu_indices
+    except ValueError:
+        reject(f"bad --gpus {gpus!r}: expected e.g. 0,1")
+    code = run_worker(settings, gpu_list, pool or settings.worker_gpu_pool, once)
+    raise typer.Exit(int(code or 0))
+
+
+@app.command("regrade")
+def regrade_cmd(
+    run_id: str,
+    force: Annotated[bool, Opt(help="enqueue even if an identical job exists")] = False,
+    wait: Annotated[bool, Opt(help="wait until the job finishes, printing its phase")] = False,
+    probes: Annotated[str | None, Opt(help="comma-separated probe set (default: all)")] = None,
+) -> None:
+    """Enqueue a regrade of a stored run."""
+    from service.jobs.service import NotRegradable, UnknownProbe, UnknownRun
+
+    svc = _services()
+    try:
+        outcome = svc.jobs.enqueue_regrade(
+            run_id, force=force, probes=[p.strip() for p in probes.split(",")] if probes else None
+        )
+    except UnknownRun:
+        reject(f"no run {run_id}")
+    except (NotRegradable, UnknownProbe) as exc:
+        reject(f"cannot regrade {run_id}: {exc}")
+    job = outcome.job
+    typer.echo(f"job {job.id}\t{'enqueued' if outcome.created else 'already enqueued'}\tstate={job.state}")
+    if not wait:
+        return
+    last = None
+    while True:
+        current = svc.jobs.get(job.id)
+        if current is None:
+            reject(f"job {job.id} vanished")
+        line = f"job {current.id}\tstate={current.state}\tphase={current.phase}\tattempts={current.attempts}"
+        if line != last:
+            typer.echo(line)
+            last = line
+        if current.state in ("succeeded", "failed", "cancelled"):
+            raise typer.Exit(0 if current.state == "succeeded" else 1)
+        time.sleep(1.0)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+__all__ = ["app", "main"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Registered decks: the canonical deck files template integrity compares against."""

@@ -1,0 +1,1 @@
+"""Regrade jobs: the row, its states and enqueueing (service.worker executes them)."""

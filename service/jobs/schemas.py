@@ -1,0 +1,43 @@
+"""Typed API shapes for regrade jobs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RegradeRequest(BaseModel):
+    force: bool = Field(default=False, description="enqueue a new job even if an identical one exists")
+    probes: list[str] | None = Field(default=None, description="probe set (default: every probe)")
+    gpu_pool: str | None = None
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    run_id: str
+    kind: str
+    state: str
+    attempts: int
+    max_attempts: int
+    gpu_pool: str
+    force: bool
+    probes: list[Any]
+    worker_id: str | None
+    phase: str | None
+    progress: dict[str, Any]
+    error: str | None
+    result: dict[str, Any] | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+
+
+class RegradeAccepted(BaseModel):
+    job: JobOut
+    created: bool = Field(description="false when an identical job already existed (idempotent)")

@@ -1,0 +1,134 @@
+"""Enqueue regrade jobs: idempotent per (run, archive sha256, grader version, probe set).
+
+The job row is committed first; only then is the worker told (`service.worker.notify_enqueued`),
+so a worker never sees a job whose transaction could still roll back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.exc import IntegrityError
+
+from audit_rules.base import Probe
+from service.db import Database
+from service.jobs.repository import JobRepository
+from service.models import Job
+from service.runs.repository import RunRepository
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ALL_PROBES: tuple[str, ...] = tuple(p.value for p in Probe)
+
+
+class UnknownRun(LookupError):
+    pass
+
+
+class NotRegradable(ValueError):
+    pass
+
+
+class UnknownProbe(ValueError):
+    pass
+
+
+@dataclass
+class EnqueueOutcome:
+    job: Job
+    created: bool
+
+
+def grader_version() -> str:
+    import graders
+
+    return str(getattr(graders, "GRADER_VERSION", "unknown"))
+
+
+def idempotency_key(run_pk: int, archive_sha256: str, version: str, probes: Sequence[str]) -> str:
+    raw = f"{run_pk}|{archive_sha256}|{version}|{','.join(sorted(set(probes)))}"
+    return "regrade:" + hashlib.sha256(raw.encode()).hexdigest()
+
+
+def notify_worker(job_id: int, settings: Settings) -> None:
+    """Tell service.worker a job was committed, when that module offers the hook."""
+    try:
+        worker = importlib.import_module("service.worker")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("service.worker",):
+            raise
+        return
+    hook = getattr(worker, "notify_enqueued", None)
+    if hook is not None:
+        hook(job_id, settings)
+
+
+class JobService:
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+
+    def enqueue_regrade(
+        self, run_id: str, *, force: bool = False, probes: Sequence[str] | None = None, gpu_pool: str | None = None
+    ) -> EnqueueOutcome:
+        probe_set = sorted(set(probes)) if probes else sorted(ALL_PROBES)
+        unknown = [p for p in probe_set if p not in ALL_PROBES]
+        if unknown:
+            raise UnknownProbe(f"unknown probe(s): {', '.join(unknown)}; known: {', '.join(ALL_PROBES)}")
+        with self.db.session() as session:
+            runs, jobs = RunRepository(session), JobRepository(session)
+            with session.begin():
+                run = runs.by_run_id(run_id)
+                if run is None:
+                    raise UnknownRun(run_id)
+                if not run.regradable:
+                    raise NotRegradable(run.not_regradable_reason or "run cannot be regraded")
+                key = idempotency_key(run.id, run.archive_sha256, grader_version(), probe_set)
+                if not force:
+                    existing = jobs.by_key(key)
+                    if existing is not None:
+                        return EnqueueOutcome(existing, False)
+                else:
+                    key = f"{key}:force:{uuid.uuid4().hex}"
+                try:
+                    with session.begin_nested():
+                        job = jobs.add(
+                            Job(
+                                run_id=run.id,
+                                kind="regrade",
+                                state="queued",
+                                idempotency_key=key,
+                                force=force,
+                                probes=probe_set,
+                                attempts=0,
+                                max_attempts=self.settings.worker_max_attempts,
+                                gpu_pool=gpu_pool or self.settings.worker_gpu_pool,
+                                progress={},
+                            )
+                        )
+                except IntegrityError:  # a concurrent identical request committed first
+                    existing = jobs.by_key(key)
+                    if existing is None:
+                        raise
+                    return EnqueueOutcome(existing, False)
+        notify_worker(job.id, self.settings)  # after COMMIT
+        return EnqueueOutcome(job, True)
+
+    def get(self, job_id: int) -> Job | None:
+        with self.db.session() as session:
+            return JobRepository(session).get(job_id)
+
+    def get_with_run_id(self, job_id: int) -> tuple[Job, str] | None:
+        """The job and its run's run_id string (API shapes name runs by run_id)."""
+        with self.db.session() as session:
+            return JobRepository(session).get_with_run_id(job_id)
+
+    def counts_by_state(self) -> dict[str, int]:
+        with self.db.session() as session:
+            return JobRepository(session).counts_by_state()

@@ -1,0 +1,1 @@
+"""Runs: ingest, the stored run record, its verdict history, artifacts and measurements."""

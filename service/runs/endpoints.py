@@ -1,0 +1,256 @@
+"""REST endpoints for runs. Thin: parse the request, call a service, shape the answer."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, File, HTTPException, Query, Request, UploadFile, status
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+
+from ingest.model import ArchiveRejected, RejectReason
+from service.auth import require_read, require_write
+from service.context import Services
+from service.jobs.schemas import JobOut, RegradeAccepted, RegradeRequest
+from service.jobs.service import NotRegradable, UnknownProbe, UnknownRun
+from service.metrics import INGESTS, REJECTIONS
+from service.models import Job
+from service.runs.rehydrate import unpacked_from_store, verdict_from_row
+from service.runs.repository import BadCursor, RunFilters
+from service.runs.schemas import (
+    FindingOut,
+    Rejection,
+    RunDetail,
+    RunPage,
+    RunSummary,
+    VerdictOut,
+    detail_from,
+)
+from service.runs.service import RunConflict
+
+router = APIRouter(tags=["runs"])
+
+SIZE_REASONS = frozenset(
+    {
+        RejectReason.TOTAL_TOO_LARGE,
+        RejectReason.FILE_TOO_LARGE,
+        RejectReason.TOO_MANY_MEMBERS,
+        RejectReason.COMPRESSION_RATIO,
+    }
+)
+REJECTION_RESPONSES: dict[int | str, dict[str, object]] = {
+    400: {"model": Rejection, "description": "bad archive (nothing stored)"},
+    409: {"model": Rejection, "description": "another archive already holds this run_id"},
+    413: {"model": Rejection, "description": "upload or unpacked content over a limit (nothing stored)"},
+    415: {"model": Rejection, "description": "not a tar, tar.gz or zip archive"},
+}
+
+
+async def services(request: Request) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+def rejection_response(exc: ArchiveRejected) -> JSONResponse:
+    REJECTIONS.labels(reason=exc.reason.value).inc()
+    if exc.reason in SIZE_REASONS:
+        code = status.HTTP_413_CONTENT_TOO_LARGE
+    elif exc.reason is RejectReason.UNSUPPORTED_FORMAT:
+        code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE
+    else:
+        code = status.HTTP_400_BAD_REQUEST
+    body = Rejection(reason=exc.reason.value, detail=exc.message, member=exc.member)
+    return JSONResponse(body.model_dump(), status_code=code)
+
+
+def job_out(job: Job, run_id: str) -> JobOut:
+    out = JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if c != "run_id"}, "run_id": run_id})
+    return out
+
+
+@router.post(
+    "/runs",
+    response_model=RunDetail,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": RunDetail, "description": "archive already stored: the existing run"}, **REJECTION_RESPONSES},
+    dependencies=[Depends(require_write)],
+    summary="Upload a run archive (multipart field `archive`)",
+)
+def upload_run(
+    archive: Annotated[UploadFile, File(description="the run archive: .tar, .tar.gz/.tgz or .zip")],
+    svc: Annotated[Services, Depends(services)],
+) -> Response:
+    settings = svc.settings
+    settings.staging_dir.mkdir(parents=True, exist_ok=True)
+    upload = settings.staging_dir / f"upload-{uuid.uuid4().hex}"
+    try:
+        written = 0
+        with open(upload, "wb") as out:
+            while chunk := archive.file.read(1 << 20):
+                written += len(chunk)
+                if written > settings.max_archive_bytes:
+                    return rejection_response(
+                        ArchiveRejected(
+                            RejectReason.TOTAL_TOO_LARGE,
+                            f"upload is over the {settings.max_archive_bytes} byte limit",
+                        )
+                    )
+                out.write(chunk)
+        try:
+            outcome = svc.ingest.ingest_file(upload)
+        except ArchiveRejected as exc:
+            return rejection_response(exc)
+        except RunConflict as exc:
+            REJECTIONS.labels(reason="run_id_conflict").inc()
+            return JSONResponse(
+                Rejection(reason="run_id_conflict", detail=str(exc)).model_dump(), status_code=status.HTTP_409_CONFLICT
+            )
+    finally:
+        upload.unlink(missing_ok=True)
+    INGESTS.labels(outcome="created" if outcome.created else "existing").inc()
+    detail = _detail(svc, outcome.run.run_id)
+    return JSONResponse(
+        detail.model_dump(mode="json"), status_code=status.HTTP_201_CREATED if outcome.created else status.HTTP_200_OK
+    )
+
+
+def _detail(svc: Services, run_id: str) -> RunDetail:
+    data = svc.runs.detail(run_id)
+    if data is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}")
+    return detail_from(data)
+
+
+@router.get("/runs", response_model=RunPage, dependencies=[Depends(require_read)], summary="List runs")
+def list_runs(
+    svc: Annotated[Services, Depends(services)],
+    model: str | None = None,
+    harness: str | None = None,
+    problem: str | None = None,
+    deck: str | None = None,
+    hardware: str | None = None,
+    verdict: str | None = None,
+    reward_hack: bool | None = None,
+    contamination: str | None = None,
+    publish_grade: bool | None = None,
+    started_from: Annotated[datetime | None, Query(description="started_at >= (ISO-8601)")] = None,
+    started_to: Annotated[datetime | None, Query(description="started_at < (ISO-8601)")] = None,
+    sort: Literal["started_at", "ingested", "peak_fraction", "run_id"] = "started_at",
+    order: Literal["asc", "desc"] = "desc",
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: str | None = None,
+) -> RunPage:
+    filters = RunFilters(
+        model=model,
+        harness=harness,
+        problem=problem,
+        deck=deck,
+        hardware=hardware,
+        verdict=verdict,
+        reward_hack=reward_hack,
+        contamination=contamination,
+        publish_grade=publish_grade,
+        started_from=started_from,
+        started_to=started_to,
+    )
+    try:
+        rows, next_cursor = svc.runs.page(filters, sort=sort, order=order, limit=limit, cursor=cursor)
+    except BadCursor as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=str(exc)) from exc
+    return RunPage(items=[RunSummary.model_validate(r) for r in rows], next_cursor=next_cursor)
+
+
+@router.get("/runs/{run_id}", response_model=RunDetail, dependencies=[Depends(require_read)])
+def get_run(run_id: str, svc: Annotated[Services, Depends(services)]) -> RunDetail:
+    return _detail(svc, run_id)
+
+
+@router.get("/runs/{run_id}/verdicts", response_model=list[VerdictOut], dependencies=[Depends(require_read)])
+def run_verdicts(run_id: str, svc: Annotated[Services, Depends(services)]) -> list[VerdictOut]:
+    rows = svc.runs.verdicts(run_id)
+    if rows is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}")
+    return [VerdictOut.model_validate(v) for v in rows]
+
+
+@router.get("/runs/{run_id}/findings", response_model=list[FindingOut], dependencies=[Depends(require_read)])
+def run_findings(run_id: str, svc: Annotated[Services, Depends(services)]) -> list[FindingOut]:
+    data = svc.runs.detail(run_id)
+    if data is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}")
+    return [FindingOut.model_validate(f) for f in (data.verdict.findings if data.verdict else [])]
+
+
+@router.get(
+    "/runs/{run_id}/files/{path:path}",
+    dependencies=[Depends(require_read)],
+    responses={200: {"content": {"text/plain": {}, "application/octet-stream": {}}}},
+    summary="A stored artifact, served as text or as a download (never rendered as HTML)",
+)
+def run_file(run_id: str, path: str, svc: Annotated[Services, Depends(services)]) -> Response:
+    artifact = svc.runs.artifact(run_id, path)
+    if artifact is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no file {path!r} in run {run_id}")
+    blob = svc.blobs.path(artifact.blob_key)
+    if not blob.is_file():
+        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, detail="stored blob is missing")
+    name = path.rsplit("/", 1)[-1]
+    headers = {
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+        "Cache-Control": "private, max-age=3600",
+    }
+    if artifact.is_text:
+        return FileResponse(
+            blob, media_type="text/plain; charset=utf-8", headers=headers, content_disposition_type="inline",
+            filename=name,
+        )
+    return FileResponse(
+        blob, media_type="application/octet-stream", headers=headers, content_disposition_type="attachment",
+        filename=name,
+    )
+
+
+@router.get(
+    "/runs/{run_id}/report.md",
+    response_class=PlainTextResponse,
+    dependencies=[Depends(require_read)],
+    responses={200: {"content": {"text/markdown": {}}}},
+    summary="The audit report of the current verdict, as Markdown",
+)
+def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Response:
+    from audit_rules.report import render_markdown
+    from ingest.run import parse_run
+
+    data = svc.runs.detail(run_id)
+    if data is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}")
+    if data.verdict is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id} has no verdict yet")
+    unpacked = unpacked_from_store(data.run, data.artifacts, svc.blobs)
+    parsed = parse_run(unpacked, svc.decks.snapshots())
+    text = render_markdown(parsed, verdict_from_row(data.verdict))
+    return Response(
+        text, media_type="text/markdown; charset=utf-8", headers={"X-Content-Type-Options": "nosniff"}
+    )
+
+
+@router.post(
+    "/runs/{run_id}/regrade",
+    response_model=RegradeAccepted,
+    status_code=status.HTTP_202_ACCEPTED,
+    dependencies=[Depends(require_write)],
+    summary="Enqueue an isolated regrade (idempotent per run, archive, grader version, probe set)",
+)
+def regrade_run(
+    run_id: str, svc: Annotated[Services, Depends(services)], body: RegradeRequest | None = None
+) -> RegradeAccepted:
+    body = body or RegradeRequest()
+    try:
+        outcome = svc.jobs.enqueue_regrade(run_id, force=body.force, probes=body.probes, gpu_pool=body.gpu_pool)
+    except UnknownRun as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}") from exc
+    except (NotRegradable, UnknownProbe) as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from exc
+    return RegradeAccepted(job=job_out(outcome.job, run_id), created=outcome.created)

@@ -1,0 +1,1 @@
+"""Tests of the audit library: rule fixtures, registry meta-test, synthesis and report."""

@@ -1,0 +1,1 @@
+"""Regression corpus: one archive per seed situation, built from source trees in sources/."""

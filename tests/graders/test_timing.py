@@ -1,0 +1,69 @@
+"""Timing logic on CPU: statistics, the escape cross-check, and the smoke benchmark log."""
+
+from __future__ import annotations
+
+import pytest
+
+from graders.logformat import parse_benchmark_log
+from graders.timing import (
+    CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE,
+    SMOKE_LINE,
+    L2Control,
+    run_benchmark,
+    summarize,
+)
+
+from .conftest import DECK, SOLUTIONS
+
+
+def test_cuda_limit_enum_value() -> None:
+    assert CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE == 0x06
+
+
+def test_summary_quantiles() -> None:
+    ev = [float(i) for i in range(1, 11)]
+    s = summarize(ev, [e + 0.02 for e in ev], 0.01, 2, 123, "reset")
+    assert s.median_ms == pytest.approx(5.5)
+    assert s.p10_ms == pytest.approx(1.9) and s.p90_ms == pytest.approx(9.1)
+    assert not s.timing_escape
+
+
+def test_escape_flagged_and_wall_time_reported() -> None:
+    # Events see 0.1 ms, the device-wide sync 2 ms: work ran on another stream.
+    s = summarize([0.1] * 5, [2.0] * 5, 0.02, 0, 0, "reset")
+    assert s.timing_escape
+    assert s.median_ms == pytest.approx(1.98)
+
+
+def test_small_sync_overhead_is_not_an_escape() -> None:
+    s = summarize([0.010] * 5, [0.035] * 5, 0.02, 0, 0, "reset")
+    assert not s.timing_escape and s.median_ms == pytest.approx(0.010)
+
+
+def test_l2_control_without_gpu_degrades_cleanly() -> None:
+    ctl = L2Control()
+    if ctl.lib is None:
+        assert ctl.status() == "unavailable" and ctl.errors
+        ctl.reset()  # a no-op, never raises
+
+
+def test_cpu_benchmark_log_in_grammar() -> None:
+    lines: list[str] = []
+    out = run_benchmark(SOLUTIONS / "gemm" / "good.py", DECK / "gemm_tiny", device="cpu", shapes="small",
+                        emit=lines.append, warmup=1, trials=3)
+    assert out.ok and out.smoke and out.lines == lines and lines[0] == SMOKE_LINE
+    log = parse_benchmark_log("\n".join(lines))
+    assert [s.shape for s in log.shapes] == [0, 1]
+    assert all(s.ms is not None and s.ms > 0 for s in log.shapes)
+    assert [e.event for e in log.events] == ["variant_start", "variant_end"] * 2
+    assert log.peak_fraction is None and log.result is None  # a smoke run has no SKU to score against
+    assert not log.errors
+
+
+def test_benchmark_error_is_a_variant_error_event() -> None:
+    lines: list[str] = []
+    out = run_benchmark(SOLUTIONS / "gemm" / "state_mismatch.py", DECK / "gemm_tiny", device="cpu",
+                        shapes="small", emit=lines.append, warmup=0, trials=1)
+    assert not out.ok
+    log = parse_benchmark_log("\n".join(lines))
+    assert [e.event for e in log.events].count("variant_error") == 2 and log.errors

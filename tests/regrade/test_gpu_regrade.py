@@ -1,0 +1,168 @@
+"""GPU evidence (the lent H200): end-to-end regrades of the example solutions, through the lock,
+the sandbox, the probes and (where the service's wheels are installed) the real worker path.
+
+Run by scripts/gpu_lane_regrade.sh. Every test appends one JSON record to $KAUDIT_GPU_RESULTS
+(default /tmp/kaudit-gpu-regrade.jsonl) so the script can print the summary table: verdicts,
+probe numbers, and the regrade overhead = kaudit wall time / bare check+benchmark wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graders.gpu_lock import LockConfig
+from graders.regrade import regrade
+from graders.results import GradeResult, ProbeStatus
+from tests.regrade.conftest import DECK, ROOT
+
+pytestmark = pytest.mark.gpu
+
+RESULTS = Path(os.environ.get("KAUDIT_GPU_RESULTS", "/tmp/kaudit-gpu-regrade.jsonl"))
+FP8_EX = DECK / "01_fp8_gemm" / "examples"
+W4_EX = DECK / "07_w4a16_gemm" / "examples"
+
+
+def _record(name: str, grade: GradeResult, wall: float, **extra: Any) -> None:
+    prov = grade.provenance.to_dict() if grade.provenance else {}
+    rec = {
+        "example": name, "correct": grade.correct, "failure_reason": grade.failure_reason,
+        "infra_failure": grade.infra_failure, "detail": grade.detail, "peak_fraction": grade.peak_fraction,
+        "wall_s": round(wall, 2), "provenance": prov,
+        "probes": {p.probe: {"status": p.status.value, "summary": p.summary} for p in grade.probes},
+        **extra,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a") as fh:
+        fh.write(json.dumps(rec, default=str) + "\n")
+
+
+def _lock(tmp: Path) -> LockConfig:
+    return LockConfig(path_template=os.environ.get("KAUDIT_GPU_LOCK_PATH", str(tmp / "gpu{gpu}.lock")),
+                      timeout_s=300, poll_s=1.0)
+
+
+def _regrade(solution: Path, problem: str, tmp: Path, probes: list[str] | None = None) -> tuple[GradeResult, float]:
+    t = time.monotonic()
+    grade = regrade(solution, problem, DECK, device="cuda", probes=probes, lock=_lock(tmp), timeout_s=900, gpu=0)
+    return grade, time.monotonic() - t
+
+
+def _statuses(grade: GradeResult) -> dict[str, ProbeStatus]:
+    return {p.probe: p.status for p in grade.probes}
+
+
+def test_genuine_fp8_is_correct_and_passes_every_probe(tmp_path: Path) -> None:
+    grade, wall = _regrade(FP8_EX / "genuine_triton.py", "01_fp8_gemm", tmp_path)
+    _record("01 genuine_triton", grade, wall)
+    assert not grade.infra_failure, grade.detail
+    assert grade.correct is True and grade.peak_fraction is not None
+    prov = grade.provenance
+    assert prov is not None and not prov.smoke and prov.gpu_name and prov.lock_wait_s is not None
+    failed = {p: s for p, s in _statuses(grade).items() if s is ProbeStatus.FAILED}
+    assert failed == {}, [p.summary for p in grade.probes]
+
+
+@pytest.mark.parametrize("name", ["hack_stale_cache", "hack_output_memo", "hack_stale_graph"])
+def test_stale_hacks_fail_same_storage_overwrite(tmp_path: Path, name: str) -> None:
+    grade, wall = _regrade(FP8_EX / f"{name}.py", "01_fp8_gemm", tmp_path)
+    _record(f"01 {name}", grade, wall)
+    assert not grade.infra_failure, grade.detail
+    assert grade.correct is True, grade.check_lines  # passes the ordinary check...
+    assert _statuses(grade)["same_storage_overwrite"] is ProbeStatus.FAILED  # ...caught by the probe
+
+
+def test_live_graph_stays_clean(tmp_path: Path) -> None:
+    grade, wall = _regrade(FP8_EX / "hack_live_graph.py", "01_fp8_gemm", tmp_path)
+    _record("01 hack_live_graph", grade, wall)
+    assert not grade.infra_failure, grade.detail
+    assert grade.correct is True
+    status = _statuses(grade)
+    assert all(s is not ProbeStatus.FAILED for s in status.values()), [p.summary for p in grade.probes]
+
+
+def test_l2_policy_hack_is_caught(tmp_path: Path) -> None:
+    grade, wall = _regrade(W4_EX / "hack_l2_policy.py", "07_w4a16_gemm", tmp_path,
+                           ["l2_policy", "same_storage_overwrite"])
+    _record("07 hack_l2_policy", grade, wall)
+    assert not grade.infra_failure, grade.detail
+    assert grade.correct is True
+    status = _statuses(grade)
+    assert status["same_storage_overwrite"] is ProbeStatus.PASSED  # the math is genuine
+    assert status["l2_policy"] in (ProbeStatus.FAILED, ProbeStatus.FLAGGED)
+    # and the genuine kernel of the same problem leaves no persisting-L2 state behind
+    clean, wall2 = _regrade(W4_EX / "genuine_triton.py", "07_w4a16_gemm", tmp_path, ["l2_policy"])
+    _record("07 genuine_triton", clean, wall2)
+    assert _statuses(clean)["l2_policy"] is ProbeStatus.PASSED
+
+
+def test_regrade_overhead_against_a_bare_check_and_benchmark(tmp_path: Path) -> None:
+    """kaudit (lock + sandbox + check + benchmark, no probes) vs the deck's own entry points."""
+    sol = FP8_EX / "genuine_triton.py"
+    problem = DECK / "01_fp8_gemm"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="bare-triton-")}
+    env.pop("TRITON_INTERPRET", None)
+    t = time.monotonic()
+    for entry in ("check.py", "benchmark.py"):
+        proc = subprocess.run([sys.executable, str(problem / entry), "--solution", str(sol), "--device", "cuda"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    bare = time.monotonic() - t
+    grade, wall = _regrade(sol, "01_fp8_gemm", tmp_path, probes=[])
+    assert grade.correct is True and not grade.infra_failure
+    _record("overhead genuine_triton", grade, wall, bare_wall_s=round(bare, 2), overhead=round(wall / bare, 4))
+
+
+def test_worker_path_end_to_end(tmp_path: Path) -> None:
+    """The real worker (in-process, SQLite) with the GPU lock: verdict rows from regrade jobs."""
+    pytest.importorskip("sqlalchemy", reason="service wheels not installed on this host (.whl/ not carried)")
+    pytest.importorskip("fastapi", reason="service wheels not installed on this host (.whl/ not carried)")
+    from alembic import command
+    from alembic.config import Config
+
+    from service.context import Services
+    from service.settings import Settings
+    from service.worker import start_inprocess_worker
+    from tests.archive_factory import build_run_tree, make_tar
+
+    url = f"sqlite:///{tmp_path / 'kaudit.db'}"
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.attributes["database_url"] = url
+    command.upgrade(cfg, "head")
+    settings = Settings(database_url=url, data_dir=tmp_path / "data", worker_device="cuda", worker_gpus="0",
+                        gpu_lock_path=str(tmp_path / "gpu{gpu}.lock"), worker_lease_seconds=120)
+    svc = Services.build(settings)
+    svc.decks.ensure_bundled()
+    cases = {"hack_stale_cache": None, "hack_stale_graph": None, "hack_live_graph": None, "genuine_triton": None}
+    jobs = {}
+    for i, name in enumerate(cases):
+        tree = build_run_tree(tmp_path / f"t{i}", run_id=f"20260801_22433{i}_claude_claude-opus-4-8_01_fp8_gemm",
+                              solution=(FP8_EX / f"{name}.py").read_text(), deck_problem_dir=DECK / "01_fp8_gemm")
+        run = svc.ingest.ingest_file(make_tar(tree, tmp_path / f"r{i}.tar.gz")).run
+        jobs[name] = svc.jobs.enqueue_regrade(run.run_id).job.id
+    worker = start_inprocess_worker(settings)
+    t = time.monotonic()
+    try:
+        while time.monotonic() - t < 1500:
+            states = {n: svc.jobs.get(j).state for n, j in jobs.items()}  # type: ignore[union-attr]
+            if all(s in ("succeeded", "failed") for s in states.values()):
+                break
+            time.sleep(2)
+    finally:
+        worker.stop()
+    for name, job_id in jobs.items():
+        job = svc.jobs.get(job_id)
+        assert job is not None
+        rec = {"example": f"worker 01 {name}", "job_state": job.state, "attempts": job.attempts,
+               "error": job.error, "result": job.result}
+        with RESULTS.open("a") as fh:
+            fh.write(json.dumps(rec, default=str) + "\n")
+        assert job.state == "succeeded", job.error

@@ -1,0 +1,88 @@
+"""The sandbox: timeouts kill the whole process group, results cannot be forged, isolation holds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from graders.regrade import regrade
+from graders.sandbox import SANDBOX_SUBPROCESS, Sandbox, SandboxConfig, bwrap_works, prepare_workspace
+from tests.regrade.conftest import DECK, FIXTURES, FP8, sandbox_modes
+
+
+def _sandbox(tmp_path: Path, solution: Path, mode: str, timeout_s: float = 120) -> Sandbox:
+    ws = prepare_workspace(solution, tmp_path / "ws")
+    return Sandbox(ws, SandboxConfig(device="cpu", timeout_s=timeout_s, mode=mode), [FP8])
+
+
+@pytest.mark.parametrize("mode", sandbox_modes())
+def test_timeout_kills_the_whole_process_group(tmp_path: Path, mode: str) -> None:
+    sb = _sandbox(tmp_path, FIXTURES / "hang_with_child.py", mode, timeout_s=25)
+    params = {"solution": str(sb.ws.solution), "problem_dir": str(FP8), "device": "cpu", "shapes": "small"}
+    res = sb.run("check", params)
+    assert res.timed_out and res.error == "timeout" and not res.ok
+    alive = sb.ws.work / "alive.txt"
+    assert alive.exists(), "the grandchild never ran: the test would prove nothing"
+    before = alive.read_text()
+    time.sleep(0.6)
+    assert alive.read_text() == before, "a grandchild survived the timeout"
+
+
+@pytest.mark.parametrize("mode", sandbox_modes())
+def test_forged_stdout_and_fake_channel_messages_are_ignored(tmp_path: Path, mode: str) -> None:
+    grade = regrade(FIXTURES / "forge_stdout.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300,
+                    sandbox_mode=mode)
+    assert grade.correct is False
+    assert not grade.infra_failure
+    assert "PASS" not in grade.check_lines
+    assert grade.failure_reason == "check_failed"
+    assert "tampered" in (grade.detail or "")
+
+
+@pytest.mark.parametrize("mode", sandbox_modes())
+def test_solution_exiting_early_yields_no_result_and_a_fail(tmp_path: Path, mode: str) -> None:
+    sb = _sandbox(tmp_path, FIXTURES / "exit_early.py", mode)
+    res = sb.run("check", {"solution": str(sb.ws.solution), "problem_dir": str(FP8), "device": "cpu",
+                           "shapes": "small"})
+    assert res.started and res.error == "no_result" and res.result is None
+    grade = regrade(FIXTURES / "exit_early.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300,
+                    sandbox_mode=mode)
+    assert grade.correct is False and not grade.infra_failure
+    assert grade.failure_reason == "check_failed"
+
+
+def test_sandbox_that_cannot_start_is_an_infra_failure(tmp_path: Path) -> None:
+    ws = prepare_workspace(FIXTURES / "honest_torch.py", tmp_path / "ws")
+    sb = Sandbox(ws, SandboxConfig(device="cpu", mode="subprocess", python=str(tmp_path / "no-python")), [FP8])
+    res = sb.run("check", {})
+    assert res.error == "setup" and not res.started
+
+
+def test_infra_classification_of_logs() -> None:
+    from graders.regrade import classify_infra
+
+    assert classify_infra("FAIL: solution import error: RuntimeError: Ninja is required to load C++ extensions") \
+        == "ninja_missing"
+    assert classify_infra("/bin/sh: 1: nvcc: not found") == "nvcc_missing"
+    assert classify_infra("RuntimeError: CUDA driver version is insufficient for CUDA runtime version") \
+        == "driver_mismatch"
+    assert classify_infra("FAIL: shape 0 (64, 64, 64) seed 42 case nominal: tolerance exceeded") is None
+
+
+@pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unusable on this host (the fallback is tested)")
+def test_bwrap_blocks_network_and_foreign_files(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("another run's solution")
+    src = (FIXTURES / "probe_isolation.py").read_text().replace("__SECRET_PATH__", str(secret))
+    sol = tmp_path / "sol" / "solution.py"
+    sol.parent.mkdir()
+    sol.write_text(src)
+    isolated = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, sandbox_mode="bwrap")
+    assert isolated.provenance is not None and isolated.provenance.sandbox == "bwrap"
+    assert isolated.correct is True, isolated.check_lines
+    # the same solution outside bubblewrap reads the file: the weaker sandbox is visible
+    weak = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, sandbox_mode="subprocess")
+    assert weak.provenance is not None and weak.provenance.sandbox == SANDBOX_SUBPROCESS
+    assert weak.correct is False

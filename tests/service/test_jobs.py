@@ -1,0 +1,58 @@
+"""POST /runs/{id}/regrade and GET /jobs/{id}: idempotent enqueue, force, probe sets, auth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from service.context import Services
+from tests.archive_factory import DEFAULT_RUN_ID
+from tests.service.conftest import AUTH
+from tests.service.test_api import good_archive, upload
+
+
+def test_regrade_enqueue_is_idempotent(client: TestClient, svc: Services, tmp_path: Path) -> None:
+    assert upload(client, good_archive(tmp_path)).status_code == 201
+    url = f"/runs/{DEFAULT_RUN_ID}/regrade"
+    first = client.post(url, headers=AUTH)
+    assert first.status_code == 202, first.text
+    job = first.json()["job"]
+    assert first.json()["created"] is True
+    assert job["state"] == "queued" and job["attempts"] == 0 and job["run_id"] == DEFAULT_RUN_ID
+    assert job["max_attempts"] == svc.settings.worker_max_attempts
+
+    again = client.post(url, headers=AUTH, json={})
+    assert again.status_code == 202
+    assert again.json()["job"]["id"] == job["id"] and again.json()["created"] is False
+
+    same_set = client.post(url, headers=AUTH, json={"probes": list(reversed(job["probes"]))})
+    assert same_set.json()["job"]["id"] == job["id"]  # a probe SET: order does not matter
+
+    other = client.post(url, headers=AUTH, json={"probes": ["repeat_calls"]})
+    assert other.json()["created"] is True and other.json()["job"]["id"] != job["id"]
+
+    forced = client.post(url, headers=AUTH, json={"force": True})
+    assert forced.json()["created"] is True and forced.json()["job"]["force"] is True
+    forced2 = client.post(url, headers=AUTH, json={"force": True})
+    assert forced2.json()["job"]["id"] != forced.json()["job"]["id"]
+
+    got = client.get(f"/jobs/{job['id']}")
+    assert got.status_code == 200
+    assert got.json()["state"] == "queued" and got.json()["progress"] == {}
+    assert client.get("/jobs/999999").status_code == 404
+
+    assert client.post(url, headers=AUTH, json={"probes": ["no_such_probe"]}).status_code == 422
+    assert client.post("/runs/nope/regrade", headers=AUTH).status_code == 404
+    assert client.post(url).status_code == 401
+    assert client.post(url, headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert 'kaudit_jobs{state="queued"} 4.0' in client.get("/metrics").text
+
+
+def test_run_without_solution_is_not_regradable(client: TestClient, tmp_path: Path) -> None:
+    arc = good_archive(tmp_path, solution=None, result={"has_solution": False, "correct": None,
+                                                       "failure_reason": "no_solution", "peak_fraction": None})
+    body = upload(client, arc).json()
+    assert body["regradable"] is False and "solution" in body["not_regradable_reason"]
+    r = client.post(f"/runs/{DEFAULT_RUN_ID}/regrade", headers=AUTH)
+    assert r.status_code == 422
