@@ -35,7 +35,7 @@ from audit_rules.synthesis import dedup_findings, sort_findings, synthesize
 from audit_rules.verdicts import VerdictResult
 from graders.results import GradeResult
 from ingest.archive import safe_unpack
-from ingest.model import DeckSnapshot, ParsedRun, TranscriptEvent, UnpackedArchive
+from ingest.model import DeckSnapshot, EventKind, ParsedRun, TranscriptEvent, UnpackedArchive
 from ingest.run import parse_run, sidecar_paths, solution_sources
 from ingest.transcripts import TRANSCRIPT_FILES, iter_events
 
@@ -153,6 +153,23 @@ def _crash_finding(module: ModuleType, exc: BaseException) -> Finding:
     )
 
 
+def _feed_table(checkers: Sequence[tuple[ModuleType, Any]]) -> dict[EventKind, tuple[tuple[ModuleType, Any, Any], ...]]:
+    """For each event kind, the (module, checker, bound feed) of the checkers that want it, in rule order.
+
+    A Checker may declare `KINDS` (the event kinds its feed() acts on; feed must ignore every
+    other kind): it is then only called for those. On a 400k-event transcript this skips about
+    half of the nine checkers' calls per event. A Checker without KINDS gets every event.
+    """
+    table: dict[EventKind, tuple[tuple[ModuleType, Any, Any], ...]] = {}
+    for kind in EventKind:
+        table[kind] = tuple(
+            (module, checker, checker.feed)
+            for module, checker in checkers
+            if getattr(checker, "KINDS", None) is None or kind in checker.KINDS
+        )
+    return table
+
+
 def run_rules(ctx: AuditContext, rules: Sequence[ModuleType] = RULES) -> list[Finding]:
     """Every rule over one context; crashes isolated; findings de-duplicated and sorted."""
     findings: list[Finding] = []
@@ -170,17 +187,19 @@ def run_rules(ctx: AuditContext, rules: Sequence[ModuleType] = RULES) -> list[Fi
 
     if checkers:
         alive = list(checkers)
+        table = _feed_table(alive)
         for name in transcript_paths(ctx.archive):
             if not alive:
                 break
             for event in iter_events(ctx.archive.files[name].staged_path, name):
-                for pair in list(alive):
+                for module, checker, feed in table[event.kind]:
                     try:
-                        pair[1].feed(event)
+                        feed(event)
                     except Exception as exc:
-                        log.exception("transcript rule %s crashed", meta_of(pair[0]).id)
-                        findings.append(_crash_finding(pair[0], exc))
-                        alive.remove(pair)
+                        log.exception("transcript rule %s crashed", meta_of(module).id)
+                        findings.append(_crash_finding(module, exc))
+                        alive = [p for p in alive if p[1] is not checker]
+                        table = _feed_table(alive)
         for module, checker in alive:
             try:
                 findings.extend(checker.finish())

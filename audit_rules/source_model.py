@@ -225,16 +225,27 @@ def _walk_toplevel(node: ast.AST) -> Iterator[ast.AST]:
     yield from _walk_no_nested(node)
 
 
+_BODY_CACHE: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
+
+
 def walk_body(func_or_module: ast.AST) -> Iterator[ast.AST]:
-    """Every node of a function body including lambdas, excluding nested defs/classes."""
+    """Every node of a function body including lambdas, excluding nested defs/classes (cached)."""
+    hit = _BODY_CACHE.get(id(func_or_module))
+    if hit is not None and hit[0] is func_or_module:
+        return iter(hit[1])
+    nodes: list[ast.AST] = []
     stack = list(ast.iter_child_nodes(func_or_module))
     while stack:
         n = stack.pop()
-        yield n
+        nodes.append(n)
         for child in ast.iter_child_nodes(n):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
             stack.append(child)
+    if len(_BODY_CACHE) > 50_000:
+        _BODY_CACHE.clear()
+    _BODY_CACHE[id(func_or_module)] = (func_or_module, nodes)
+    return iter(nodes)
 
 
 @dataclass(eq=False)
@@ -250,9 +261,40 @@ class PyModule:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
     _scope_cache: dict[int, Scope] = field(default_factory=dict)
+    _blines: list[bytes] | None = None
+    _self_assigns: dict[str, dict[str, list[tuple[FunctionInfo, ast.expr]]]] = field(default_factory=dict)
+
+    def self_assigns(self, cls: str) -> dict[str, list[tuple[FunctionInfo, ast.expr]]]:
+        """attr -> [(method, value)] for every `self.attr = value` in the methods of a class."""
+        table = self._self_assigns.get(cls)
+        if table is None:
+            table = {}
+            for f in self.functions.values():
+                if f.cls != cls:
+                    continue
+                for node in walk_body(f.node):
+                    if isinstance(node, ast.Assign):
+                        for tgt in node.targets:
+                            if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and tgt.value.id == "self":
+                                table.setdefault(tgt.attr, []).append((f, node.value))
+            self._self_assigns[cls] = table
+        return table
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.source, node) or ""
+        """Source text of a node (ast.get_source_segment re-splits the file on every call)."""
+        if self._blines is None:
+            self._blines = [ln.encode("utf-8") for ln in self.source.splitlines(keepends=True)]
+        try:
+            l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+            c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        except AttributeError:
+            return ""
+        if l1 is None or c1 is None or l0 < 0 or l1 >= len(self._blines):
+            return ""
+        if l0 == l1:
+            return self._blines[l0][c0:c1].decode("utf-8", "replace")
+        parts = [self._blines[l0][c0:], *self._blines[l0 + 1 : l1], self._blines[l1][:c1]]
+        return b"".join(parts).decode("utf-8", "replace")
 
     def line(self, n: int) -> str:
         return self.lines[n - 1] if 0 < n <= len(self.lines) else ""
@@ -415,6 +457,7 @@ class TritonLoad:
     eviction_policy: str | None
     cache_modifier: str | None
     target: str | None  # variable the load is assigned to, if any
+    eviction_param: str | None = None  # kernel parameter carrying the policy (resolved at launch sites)
 
 
 @dataclass
@@ -481,6 +524,9 @@ class Submission:
     triton: list[TritonKernel]
     _reach: Reach | None = None
     _edges: dict[FunctionInfo, list[tuple[FunctionInfo, bool]]] | None = None
+    _resolved: dict[tuple[int, int], tuple[ast.expr, list[FunctionInfo]]] = field(default_factory=dict)
+    _callers: dict[FunctionInfo, list[tuple[PyModule, FunctionInfo | None, ast.Call]]] | None = None
+    _memo: dict[str, object] = field(default_factory=dict)
 
     # ---- navigation -------------------------------------------------------------------------
 
@@ -655,10 +701,10 @@ class Submission:
                     if isinstance(i, ast.Constant) and isinstance(i.value, int | float):
                         values.append(i.value)
                         continue
-                    v = self.fold(i, scope, depth + 1)
-                    if v is None:
+                    folded = self.fold(i, scope, depth + 1)
+                    if folded is None:
                         return None
-                    values.append(v.text)
+                    values.append(folded.text)
                 try:
                     text = left.text % tuple(values)
                 except (TypeError, ValueError):
@@ -786,6 +832,86 @@ class Submission:
 
     def resolve_functions(self, expr: ast.expr, scope: Scope, depth: int = 0) -> list[FunctionInfo]:
         """Functions of the submission an expression may refer to (callee or callback)."""
+        if depth == 0:
+            key = (id(expr), id(scope))
+            hit = self._resolved.get(key)
+            if hit is not None and hit[0] is expr:
+                return hit[1]
+            res = self._resolve_functions(expr, scope, 0)
+            self._resolved[key] = (expr, res)
+            return res
+        return self._resolve_functions(expr, scope, depth)
+
+    def callers(self, target: FunctionInfo) -> list[tuple[PyModule, FunctionInfo | None, ast.Call]]:
+        """Every call site resolving to `target` (index built once)."""
+        if self._callers is None:
+            index: dict[FunctionInfo, list[tuple[PyModule, FunctionInfo | None, ast.Call]]] = {}
+            for module, func, node in self.iter_nodes():
+                if isinstance(node, ast.Call):
+                    for t in self.resolve_functions(node.func, module.scope(func)):
+                        index.setdefault(t, []).append((module, func, node))
+            self._callers = index
+        return self._callers.get(target, [])
+
+    def launch_args(self, kernel: FunctionInfo, param: str) -> list[tuple[PyModule, FunctionInfo | None, ast.Call, ast.expr]]:
+        """(module, caller, call, argument expression) for `param` at every launch of a kernel."""
+        params = kernel.params
+        out: list[tuple[PyModule, FunctionInfo | None, ast.Call, ast.expr]] = []
+        if param not in params:
+            return out
+        idx = params.index(param)
+        for module, caller, call in self.callers(kernel):
+            arg = next((k.value for k in call.keywords if k.arg == param), None)
+            if arg is None and idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
+                arg = call.args[idx]
+            if arg is not None:
+                out.append((module, caller, call, arg))
+        return out
+
+    def possible_strings(self, expr: ast.expr, scope: Scope, depth: int = 0) -> set[str]:
+        """Every string an expression may evaluate to: folds, and otherwise follows names, self
+        attributes, dict literals / `.get(key, default)`, ternaries (`EVICT=self.evict` where
+        `self.evict = _TABLE.get(shape, "evict_first")`)."""
+        if depth > 8:
+            return set()
+        folded = self.fold_str(expr, scope)
+        if folded is not None:
+            return {folded}
+        module = scope.module
+        out: set[str] = set()
+        if isinstance(expr, ast.IfExp):
+            return self.possible_strings(expr.body, scope, depth + 1) | self.possible_strings(expr.orelse, scope, depth + 1)
+        if isinstance(expr, ast.Dict):
+            for v in expr.values:
+                out |= self.possible_strings(v, scope, depth + 1)
+            return out
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get":
+            out |= self.possible_strings(expr.func.value, scope, depth + 1)
+            for a in expr.args[1:]:
+                out |= self.possible_strings(a, scope, depth + 1)
+            return out
+        if isinstance(expr, ast.Subscript):
+            return self.possible_strings(expr.value, scope, depth + 1)
+        if isinstance(expr, ast.Name):
+            vals = scope.values_of(expr.id) if scope.func is not None and expr.id not in scope.func.params else []
+            if scope.func is not None and expr.id in scope.func.params:
+                return out
+            mscope = module.scope(None)
+            for v in vals or mscope.values_of(expr.id):
+                out |= self.possible_strings(v, scope if vals else mscope, depth + 1)
+            return out
+        if (
+            isinstance(expr, ast.Attribute)
+            and isinstance(expr.value, ast.Name)
+            and expr.value.id == "self"
+            and scope.func is not None
+            and scope.func.cls
+        ):
+            for f, v in module.self_assigns(scope.func.cls).get(expr.attr, []):
+                out |= self.possible_strings(v, module.scope(f), depth + 1)
+        return out
+
+    def _resolve_functions(self, expr: ast.expr, scope: Scope, depth: int = 0) -> list[FunctionInfo]:
         if depth > 6:
             return []
         module = scope.module
@@ -836,20 +962,8 @@ class Submission:
                     if meth is not None:
                         return [meth]
                     # self.fn = <function or bound method> stored elsewhere in the class
-                    for f in module.functions.values():
-                        if f.cls != cls.name:
-                            continue
-                        fscope = module.scope(f)
-                        for node in walk_body(f.node):
-                            if isinstance(node, ast.Assign):
-                                for tgt in node.targets:
-                                    if (
-                                        isinstance(tgt, ast.Attribute)
-                                        and tgt.attr == attr
-                                        and isinstance(tgt.value, ast.Name)
-                                        and tgt.value.id == "self"
-                                    ):
-                                        out.extend(self._instance_or_callable(node.value, fscope, depth + 1))
+                    for f, value in module.self_assigns(cls.name).get(attr, []):
+                        out.extend(self._instance_or_callable(value, module.scope(f), depth + 1))
                     return out
             # sidecar module attribute: kern.launch
             if isinstance(base, ast.Name) and base.id in module.sidecar_alias:
@@ -927,19 +1041,7 @@ class Submission:
             and scope.func is not None
             and scope.func.cls
         ):
-            for f in module.functions.values():
-                if f.cls != scope.func.cls:
-                    continue
-                for node in walk_body(f.node):
-                    if isinstance(node, ast.Assign):
-                        for tgt in node.targets:
-                            if (
-                                isinstance(tgt, ast.Attribute)
-                                and tgt.attr == expr.attr
-                                and isinstance(tgt.value, ast.Name)
-                                and tgt.value.id == "self"
-                            ):
-                                vals.append(node.value)
+            vals.extend(v for _, v in module.self_assigns(scope.func.cls).get(expr.attr, []))
         out: list[ClassInfo] = []
         for v in vals:
             if isinstance(v, ast.Call):
@@ -1375,12 +1477,20 @@ def _collect_triton(sub: Submission) -> None:
             ):
                 kw = {k.arg: k.value for k in node.keywords if k.arg}
                 ev = sub.fold_str(kw["eviction_policy"], scope) if "eviction_policy" in kw else None
+                ev_param = None
+                evx = kw.get("eviction_policy")
+                if ev is None and isinstance(evx, ast.Name) and evx.id in func.params:
+                    ev_param = evx.id
                 cm = sub.fold_str(kw["cache_modifier"], scope) if "cache_modifier" in kw else None
                 parent = module.parents.get(node)
                 target = None
                 if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
                     target = parent.targets[0].id
-                loads.append(TritonLoad(node=node, line=node.lineno, eviction_policy=ev, cache_modifier=cm, target=target))
+                loads.append(
+                    TritonLoad(
+                        node=node, line=node.lineno, eviction_policy=ev, cache_modifier=cm, target=target, eviction_param=ev_param
+                    )
+                )
             elif is_tl and short in ("dot", "dot_scaled"):
                 ops = []
                 for a in node.args[:2]:
@@ -1435,6 +1545,9 @@ def build_submission(sources: dict[str, str]) -> Submission:
         entry = roots[0] if roots else None
     sub = Submission(sources=dict(sources), entry=entry, modules={}, unparsable={}, native=[], triton=[])
     todo = [entry] if entry else []
+    # Python imports these by itself at start-up when they sit on sys.path (the problem dir): they
+    # run before the harness, like solution.py's own import-time code.
+    todo += sorted(p for p in sources if posixpath.basename(p) in ("sitecustomize.py", "usercustomize.py"))
     while todo:
         path = todo.pop()
         if path in sub.modules or path in sub.unparsable:

@@ -54,7 +54,7 @@ _SCRATCH_PARTS = ("/scratch/", "/site-packages/", "/.venv/", "/fla-src/", "/node
 RELEVANT_SUBSTRINGS: tuple[str, ...] = (
     "check.py", "benchmark.py", "reference.py", "problem.yaml", "shapes.py", "sota.py", "PROMPT.txt",
     "baseline.py", "src/eval", "src/harness", "template_files", "trusted_src", "STRESS",
-    "stress", "atol", "rtol", "toleran",
+    "stress", "atol", "rtol", "toleran", "git checkout", "git restore", "git stash", "git reset",
 )
 
 
@@ -509,28 +509,59 @@ def _path_of(inp: dict[str, Any]) -> str | None:
     return None
 
 
+_new = object.__new__
+_set_attr = object.__setattr__
+
+
+def _call_info(tool: str, text: str) -> CallInfo:
+    """`CallInfo(tool=tool, text=text)` without the dataclass __init__ (once per tool call)."""
+    info = _new(CallInfo)
+    info.__dict__ = {
+        "tool": tool, "text": text, "command": None, "commands": [], "heredocs": [], "writes": [], "reads": [],
+        "restores": [], "relevant": False, "shell_parsed": False, "_foreign": None,
+    }
+    return info
+
+
+def _write_op(path: str, op: str, content: str = "", old: str = "") -> WriteOp:
+    """`WriteOp(path=..., op=..., content=..., old=...)` without the frozen __init__ (6 object.__setattr__)."""
+    w = _new(WriteOp)
+    _set_attr(w, "__dict__", {"path": path, "op": op, "content": content, "old": old, "source": "", "restores": False})
+    return w
+
+
+# tool name -> (stripped, lower-cased); a handful of names per transcript (bounded anyway)
+_TOOL_NAMES: dict[str, tuple[str, str]] = {}
+
+
 def analyze_tool_input(tool_name: str | None, inp: Any) -> CallInfo:
-    tool = (tool_name or "").strip()
-    low = tool.lower()
-    if low == "bash" and isinstance(inp, dict) and isinstance(inp.get("command"), str):
+    names = _TOOL_NAMES.get(tool_name) if tool_name is not None else None
+    if names is None:
+        tool = (tool_name or "").strip()
+        names = (tool, tool.lower())
+        if tool_name is not None and len(_TOOL_NAMES) < 1024:
+            _TOOL_NAMES[tool_name] = names
+    tool, low = names
+    is_dict = isinstance(inp, dict)
+    if low == "bash" and is_dict and isinstance(inp.get("command"), str):
         text = inp["command"]  # the description is the agent's prose, not an action
-    elif low == "read" and isinstance(inp, dict) and isinstance(inp.get("file_path"), str):
+    elif low == "read" and is_dict and isinstance(inp.get("file_path"), str):
         text = inp["file_path"]
     else:
         text = flatten(inp)
-    info = CallInfo(tool=tool, text=text)
+    info = _call_info(tool, text)
     info.command = _command_of(low, inp)
     info.relevant = is_relevant(text)
-    if isinstance(inp, dict):
-        path = _path_of(inp)
+    if is_dict:
         if low in _EDIT_TOOLS or low == "multiedit" or low == "notebookedit":
+            path = _path_of(inp)
             if path:
                 edits = inp.get("edits")
                 if isinstance(edits, list) and edits:
                     for e in edits:
                         if isinstance(e, dict):
                             info.writes.append(
-                                WriteOp(path=path, op="edit", content=flatten(e.get("new_string", e.get("newString", ""))), old=flatten(e.get("old_string", e.get("oldString", ""))))
+                                _write_op(path, "edit", flatten(e.get("new_string", e.get("newString", ""))), flatten(e.get("old_string", e.get("oldString", ""))))
                             )
                 else:
                     new = inp.get("new_string", inp.get("newString", inp.get("new_str", inp.get("new_source", ""))))
@@ -538,18 +569,21 @@ def analyze_tool_input(tool_name: str | None, inp: Any) -> CallInfo:
                     if low == "str_replace_based_edit_tool" and inp.get("command") in ("view",):
                         info.reads.append(path)
                     elif low == "str_replace_based_edit_tool" and inp.get("command") == "create":
-                        info.writes.append(WriteOp(path=path, op="write", content=flatten(inp.get("file_text", ""))))
+                        info.writes.append(_write_op(path, "write", flatten(inp.get("file_text", ""))))
                     else:
-                        info.writes.append(WriteOp(path=path, op="edit", content=flatten(new), old=flatten(old)))
+                        info.writes.append(_write_op(path, "edit", flatten(new), flatten(old)))
         elif low in _WRITE_TOOLS:
+            path = _path_of(inp)
             if path:
-                info.writes.append(WriteOp(path=path, op="write", content=flatten(inp.get("content", inp.get("file_text", "")))))
+                info.writes.append(_write_op(path, "write", flatten(inp.get("content", inp.get("file_text", "")))))
         elif low in _READ_TOOLS:
+            path = _path_of(inp)
             if path:
                 info.reads.append(path)
         elif low in _PATCH_TOOLS:
             info.writes.extend(parse_patch(flatten(inp.get("input", inp.get("patch", inp.get("patchText", text))))))
         elif low in ("grep", "glob", "search", "find", "ls", "list", "list_dir"):
+            path = _path_of(inp)
             if path:
                 info.reads.append(path)
     elif isinstance(inp, str) and (low in _PATCH_TOOLS or inp.lstrip().startswith("*** Begin Patch")):
@@ -643,7 +677,7 @@ def _analyze_shell(info: CallInfo, command: str) -> None:
             if sub in ("checkout", "restore"):
                 files = [a for a in rest if deck_key(a)] if sub == "checkout" else rest
                 info.restores.extend(dk for a in files if (dk := deck_key(a)))
-                if sub == "restore" and not files:
+                if (sub == "restore" and not files) or any(a in (".", "./", "*") for a in rest):
                     info.restores.append("*")
             elif sub == "stash" or (sub == "reset" and "--hard" in args):
                 info.restores.append("*")
@@ -788,7 +822,24 @@ def lower_once(text: str) -> str:
     return _lower_val
 
 
+_gate_src: str | None = None
+_gate_val: tuple[bool, bool] = (False, False)
+
+
+def gate_hits(text: str) -> tuple[bool, bool]:
+    """(an infra gate matched, a defect gate matched), computed once per text object."""
+    global _gate_src, _gate_val
+    if _gate_src is not text:
+        low = lower_once(text)
+        _gate_src, _gate_val = text, (_has_any(low, INFRA_GATES), _has_any(low, DEFECT_GATES))
+    return _gate_val
+
+
 def gated(text: str, gates: tuple[str, ...]) -> bool:
+    if gates is INFRA_GATES:
+        return gate_hits(text)[0]
+    if gates is DEFECT_GATES:
+        return gate_hits(text)[1]
     return _has_any(lower_once(text), gates)
 
 

@@ -72,19 +72,23 @@ def check_main(
     dev = _prepare_device(device)
     shape_set = shapes or ("all" if dev.startswith("cuda") else "small")
     from graders.correctness import run_check
-    from graders.logformat import check_fail_line
 
     lines: list[str] = []
+    # Bound before the solution is imported: rebinding builtins.print or sys.stdout cannot
+    # swallow the grader's lines.
+    stream = sys.stdout
+    write, flush = stream.write, stream.flush
 
     def emit(line: str) -> None:
         lines.append(line)
-        print(line, flush=True)
+        write(line + "\n")
+        flush()
 
     try:
         problem_dir = resolve_problem(problem, deck, deck_root)
         run_check(Path(solution), problem_dir, device=dev, shapes=shape_set, emit=emit)
     except Exception as exc:  # a grader/deck fault: still a FAIL line, never a silent crash
-        emit(check_fail_line("import_error", error=f"grader: {type(exc).__name__}: {exc}"))
+        emit(f"FAIL: grader error: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
     if log is not None:
         Path(log).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return check_exit_code(lines)
@@ -106,10 +110,15 @@ def bench_main(
     from graders.timing import run_benchmark
 
     lines: list[str] = []
+    # Bound before the solution is imported: rebinding builtins.print or sys.stdout cannot
+    # swallow the grader's lines.
+    stream = sys.stdout
+    write, flush = stream.write, stream.flush
 
     def emit(line: str) -> None:
         lines.append(line)
-        print(line, flush=True)
+        write(line + "\n")
+        flush()
 
     code = 1
     try:

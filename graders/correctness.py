@@ -49,6 +49,8 @@ REPEAT_CALLS = 11
 # Captured before any solution code runs: a solution that rebinds torch.abs & co. at import time
 # does not reach the comparisons below.
 _abs, _sub, _isfinite, _gt, _amax, _argmax = torch.abs, torch.sub, torch.isfinite, torch.gt, torch.amax, torch.argmax
+_isnan = torch.isnan
+_to, _detach = torch.Tensor.to, torch.Tensor.detach
 _logical_and, _logical_not, _logical_or = torch.logical_and, torch.logical_not, torch.logical_or
 _count_nonzero, _gather, _where, _zeros_like = torch.count_nonzero, torch.gather, torch.where, torch.zeros_like
 _sort = torch.sort
@@ -57,6 +59,54 @@ _full_like = torch.full_like
 _Tensor = torch.Tensor
 _fn_stack_len = torch._C._len_torch_function_stack
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
+
+
+class _GraderIntegrity:
+    """Snapshot of every loaded `graders.*` module's namespace, taken before the solution runs.
+
+    The solution runs in the grader's process, so it could rebind `graders.correctness.compare_output`
+    (or any helper) to a no-op. Every solution call is followed by a comparison with the snapshot;
+    a rebinding, or a function whose code object was swapped, fails the check as tampering.
+    """
+
+    def __init__(self) -> None:
+        self.snap: dict[str, dict[str, tuple[int, int | None]]] = {}
+        self.objects: dict[str, dict[str, Any]] = {}
+        for name, mod in list(sys.modules.items()):
+            if name == "graders" or name.startswith("graders."):
+                items = {k: v for k, v in list(vars(mod).items()) if not k.startswith("__")}
+                self.objects[name] = items
+                self.snap[name] = {k: _fingerprint(v) for k, v in items.items()}
+
+    def restore(self) -> None:
+        """Put the snapshot back (a tampering solution must not poison later checks in this process)."""
+        for name, items in self.objects.items():
+            mod = sys.modules.get(name)
+            if mod is not None:
+                for k, v in items.items():
+                    if k not in vars(mod) or vars(mod)[k] is not v:
+                        setattr(mod, k, v)
+
+    def changed(self) -> list[str]:
+        bad: list[str] = []
+        for name, entries in self.snap.items():
+            mod = sys.modules.get(name)
+            if mod is None:
+                bad.append(f"{name} (unloaded)")
+                continue
+            now = vars(mod)
+            for k, fp in entries.items():
+                if k not in now or _fingerprint(now[k]) != fp:
+                    bad.append(f"{name}.{k}")
+        return bad
+
+
+def _fingerprint(v: Any) -> tuple[int, int | None]:
+    code = getattr(v, "__code__", None)
+    return id(v), (id(code) if code is not None else None)
+
+
+_INTEGRITY: list[_GraderIntegrity] = []  # the active snapshot (one check at a time per process)
 
 
 class _Fail(Exception):
@@ -147,8 +197,8 @@ def _unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
 
 def _closeness(out: _Tensor, ref: _Tensor, tol: Tolerance) -> dict[str, Any] | None:
     """None when every element is within tolerance, else the failure statistics."""
-    o = out.detach().to(torch.float64)
-    r = ref.detach().to(torch.float64)
+    o = _to(_detach(out), torch.float64)
+    r = _to(_detach(ref), torch.float64)
     total = r.numel()
     if total == 0:
         return None
@@ -160,7 +210,7 @@ def _closeness(out: _Tensor, ref: _Tensor, tol: Tolerance) -> dict[str, Any] | N
     nonfinite = _logical_and(_logical_not(o_fin), r_fin)
     # Where the reference itself is +-inf, the output must be the same infinity.
     inf_mismatch = _logical_and(_logical_not(r_fin), _logical_not(_eq(o, r)))
-    inf_mismatch = _logical_and(inf_mismatch, _logical_not(torch.isnan(r)))
+    inf_mismatch = _logical_and(inf_mismatch, _logical_not(_isnan(r)))
     bad = _logical_or(_logical_or(over, nonfinite), inf_mismatch)
     n_bad = int(_count_nonzero(bad))
     if n_bad == 0:
@@ -281,6 +331,10 @@ def _solution_stdout() -> Any:
 def _check_modes(where: _Where) -> None:
     if _fn_stack_len() or _dispatch_stack_len():
         raise _Fail(where.fail("grader tampering: a torch function/dispatch mode is still active after the solution ran"))
+    if _INTEGRITY:
+        bad = _INTEGRITY[-1].changed()
+        if bad:
+            raise _Fail(where.fail(f"grader tampering: the solution rebound grader code: {', '.join(bad[:5])}"))
 
 
 class _Runner:
@@ -347,8 +401,13 @@ class _Runner:
 
 def _recorded_pass(
     runner: _Runner, shape: dict[str, Any], seed: int, record: RuntimeRecord, forbidden: list[str]
-) -> None:
-    """One small nominal case with every dispatched op recorded (also checked for correctness)."""
+) -> str | None:
+    """One small nominal case with every dispatched op recorded (also checked for correctness).
+
+    Returns an error note when the solution raised only while the recorder was active (some
+    compilers refuse to run under a Python dispatch mode): the case is then re-run without the
+    recorder, so an honest solution is not failed by the instrument, and the note goes to the log.
+    """
     spec = runner.spec
     where = _Where(0, shape, seed, "recorded")
     spec.apply_shape(shape)
@@ -359,23 +418,36 @@ def _recorded_pass(
     ref_inputs = _clone(inputs)
     with torch.no_grad():
         ref_out = ref(*ref_inputs)
+    note: str | None = None
+    out: Any = None
     torch.manual_seed(seed)
-    with record_ops(record):
-        try:
+    try:
+        with record_ops(record):
             with _solution_stdout():
                 sol = runner.sol_model(*init).to(runner.device).eval()
-                sol.load_state_dict(ref.state_dict(), strict=True)
-                with torch.no_grad():
-                    out = sol(*inputs)
+            try:
+                with _solution_stdout():
+                    sol.load_state_dict(ref.state_dict(), strict=True)
+            except Exception as exc:
+                raise _Fail(check_fail_line("state_dict_mismatch", shape=0, detail=_one_line(exc))) from None
+            with torch.no_grad(), _solution_stdout():
+                out = sol(*inputs)
             if runner.device.startswith("cuda"):
                 torch.cuda.synchronize()
-        except Exception as exc:
-            if "state_dict" in str(exc) or "Missing key" in str(exc) or "Unexpected key" in str(exc):
-                raise _Fail(check_fail_line("state_dict_mismatch", shape=0, detail=_one_line(exc))) from None
-            raise _Fail(where.fail(f"runtime error: {_one_line(exc)}")) from None
+    except _Fail:
+        raise
+    except Exception as exc:
+        if forbidden and runtime_hits(record, forbidden):
+            return None  # the forbidden op is the finding; the caller reports it
+        note = f"runtime_recorder: error under the recorder ({_one_line(exc)}); case re-run without it"
+        torch.manual_seed(seed)
+        ref, sol = runner.build(0, seed, where)
+        inputs = _model_inputs(spec, seed, runner.device)
+        out = runner.call(sol, inputs, where)
     if forbidden and runtime_hits(record, forbidden):
-        return  # reported by the caller with the op name
+        return note
     compare_output(out, ref_out, spec.tolerance, spec.output, where, ref_inputs[0] if ref_inputs else None)
+    return note
 
 
 def _property_case(spec: ProblemSpec, seed: int, small: bool) -> tuple[dict[str, Any], list[Any]]:
@@ -457,7 +529,7 @@ def _run_check(
     outcome = CheckOutcome(False, lines, empty, set(), smoke=smoke)
     if smoke:
         out(SMOKE_LINE)
-    shape_list = spec.shape_list(shapes)
+    spec.shape_list(shapes)  # an unknown shape-set name fails before anything runs
     pseed: int | None = None
     if spec.has_property_cases:
         pseed = property_seed if property_seed is not None else secrets.randbelow(2**31)
@@ -486,6 +558,30 @@ def _run_check(
         return outcome
 
     # -- import -------------------------------------------------------------------------------
+    integrity = _GraderIntegrity()
+    _INTEGRITY.append(integrity)
+    try:
+        return _import_and_run(solution, spec, device, shapes, seeds, pseed, forbidden_list, sources,
+                               outcome, out, smoke)
+    finally:
+        _INTEGRITY.remove(integrity)
+        integrity.restore()
+
+
+def _import_and_run(
+    solution: Path,
+    spec: ProblemSpec,
+    device: str,
+    shapes: str,
+    seeds: Sequence[int],
+    pseed: int | None,
+    forbidden_list: list[str],
+    sources: dict[str, str],
+    outcome: CheckOutcome,
+    out: Callable[[str], None],
+    smoke: bool,
+) -> CheckOutcome:
+    shape_list = spec.shape_list(shapes)
     before = set(sys.modules)
     try:
         with _solution_stdout():
@@ -506,7 +602,9 @@ def _run_check(
         # -- runtime recorder pass ------------------------------------------------------------
         record = RuntimeRecord(modules=set(imported))
         small = spec.shape_list("small")[0]
-        _recorded_pass(runner, small, seeds[0], record, forbidden_list)
+        note = _recorded_pass(runner, small, seeds[0], record, forbidden_list)
+        if note:
+            out(note)
         outcome.dispatched_ops = record.dispatched()
         # Sidecars imported at run time that the static walk missed are scanned too.
         module_files = [str(getattr(sys.modules.get(m), "__file__", "") or "") for m in record.modules]
@@ -567,7 +665,14 @@ def _run_check(
     except _Fail as f:
         out(f.line)
         return outcome
+    except Exception as exc:  # the reference or the grader itself failed: never a PASS, and said so
+        out(f"FAIL: grader error: {_one_line(exc)}")
+        return outcome
 
+    bad = _INTEGRITY[-1].changed() if _INTEGRITY else []
+    if bad:
+        out(f"FAIL: grader tampering: the solution rebound grader code: {', '.join(bad[:5])}")
+        return outcome
     out(check_pass_line())
     outcome.passed = True
     return outcome

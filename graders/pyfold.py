@@ -9,9 +9,13 @@ network) is left to the runtime dispatch recorder.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 
 _MAX_LEN = 1 << 20
+# A width/precision of 10000+ in a %-format or str.format would let a hostile source make the
+# scanner allocate gigabytes ("%0999999999d" % 1): such formats are not folded.
+_HUGE_WIDTH = re.compile(r"\d{5,}")
 
 
 def fold_str(node: ast.AST | None, consts: Mapping[str, str], depth: int = 0) -> str | None:
@@ -31,7 +35,7 @@ def fold_str(node: ast.AST | None, consts: Mapping[str, str], depth: int = 0) ->
             return None
         if isinstance(node.op, ast.Mod):
             fmt = fold_str(node.left, consts, d)
-            if fmt is None:
+            if fmt is None or _HUGE_WIDTH.search(fmt):
                 return None
             if isinstance(node.right, ast.Tuple):
                 vals = [fold_str(e, consts, d) for e in node.right.elts]
@@ -43,6 +47,9 @@ def fold_str(node: ast.AST | None, consts: Mapping[str, str], depth: int = 0) ->
                 if one is None:
                     return None
                 args = one
+            total = len(fmt) + (sum(map(len, args)) if isinstance(args, tuple) else len(args) * max(1, fmt.count("%")))
+            if total >= _MAX_LEN:
+                return None
             try:
                 return fmt % args
             except (TypeError, ValueError, KeyError):
@@ -65,6 +72,8 @@ def fold_str(node: ast.AST | None, consts: Mapping[str, str], depth: int = 0) ->
                 parts.append(s)
             else:
                 return None
+        if sum(map(len, parts)) >= _MAX_LEN:
+            return None
         return "".join(parts)
     if isinstance(node, ast.Subscript):
         s = fold_str(node.value, consts, d)
@@ -96,11 +105,16 @@ def fold_str(node: ast.AST | None, consts: Mapping[str, str], depth: int = 0) ->
                 seq = node.args[0]
                 if isinstance(seq, (ast.List, ast.Tuple)):
                     items = [fold_str(e, consts, d) for e in seq.elts]
-                    if all(i is not None for i in items):
-                        return recv.join(i for i in items if i is not None)
+                    parts = [i for i in items if i is not None]
+                    if len(parts) == len(items) and sum(map(len, parts)) + len(recv) * len(parts) < _MAX_LEN:
+                        return recv.join(parts)
                 return None
             if recv is not None and func.attr == "format" and not node.keywords:
                 fargs = [fold_str(a, consts, d) for a in node.args]
+                if _HUGE_WIDTH.search(recv) or any(a is None or _HUGE_WIDTH.search(a) for a in fargs):
+                    return None
+                if len(recv) + sum(len(a) for a in fargs if a is not None) * max(1, recv.count("{")) >= _MAX_LEN:
+                    return None
                 if all(a is not None for a in fargs):
                     try:
                         return recv.format(*fargs)
@@ -111,7 +125,7 @@ def fold_str(node: ast.AST | None, consts: Mapping[str, str], depth: int = 0) ->
                 return str(getattr(recv, func.attr)())
             if recv is not None and func.attr == "replace" and len(node.args) == 2:
                 old, new = fold_str(node.args[0], consts, d), fold_str(node.args[1], consts, d)
-                if old is not None and new is not None:
+                if old is not None and new is not None and len(recv) * max(1, len(new)) < _MAX_LEN:
                     return recv.replace(old, new)
             return None
         if isinstance(func, ast.Name):
@@ -155,7 +169,7 @@ def string_bindings(tree: ast.AST) -> dict[str, str]:
     for _line, _col, name, value, aug in events:
         s = fold_str(value, consts)
         if aug:
-            if name in consts and s is not None:
+            if name in consts and s is not None and len(consts[name]) + len(s) < _MAX_LEN:
                 consts[name] = consts[name] + s
         elif s is not None:
             consts[name] = s

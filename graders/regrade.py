@@ -249,9 +249,13 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
     common = {"solution": str(ws.solution), "problem_dir": str(run.problem_dir), "device": run.device,
               "shapes": shape_set}
     check = _step(run, sb, "check", "check", common)
-    if check.error == "no_start" and sb.mode != SANDBOX_SUBPROCESS and sandbox_mode == "auto":
-        # bwrap passed its probe run but cannot start this interpreter here: fall back, and say so
-        run.extra["sandbox_reason"] = f"bwrap failed to start the check: {check.detail[:300]}"
+    env_seen = dict((check.result or {}).get("env") or {})
+    no_gpu_inside = run.device == "cuda" and check.ok and not env_seen.get("cuda_available")
+    if (check.error == "no_start" or no_gpu_inside) and sb.mode != SANDBOX_SUBPROCESS and sandbox_mode == "auto":
+        # bwrap passed its probe run but cannot start this interpreter (or hides the GPU) here:
+        # fall back to the plain subprocess, and say so in the provenance
+        why = "hid the GPU from torch" if no_gpu_inside else f"failed to start the check: {check.detail[:300]}"
+        run.extra["sandbox_reason"] = f"bwrap {why}"
         sb = Sandbox(ws, SandboxConfig(**{**config.__dict__, "mode": "subprocess"}), [run.problem_dir])
         run.sandbox_mode = sb.mode
         check = _step(run, sb, "check", "check", common)
@@ -339,6 +343,9 @@ def _run_probes(run: _Run, sb: Sandbox, ws: Any, wanted: list[str], shape_set: s
                 timeout_s: float) -> list[ProbeResult]:
     base = {"problem_dir": str(run.problem_dir), "solution": str(ws.solution), "device": run.device,
             "probes": wanted, "out_dir": str(ws.out), "shapes": shape_set, "smoke": run.smoke}
+    # nothing an earlier step (the check/benchmark child) planted may pass for a probe output
+    shutil.rmtree(ws.out, ignore_errors=True)
+    ws.out.mkdir(parents=True)
     fresh: StepResult | None = None
     if "fresh_vs_warm" in wanted:
         fresh = _step(run, sb, "probes_fresh", "probe_run", {**base, "mode": "fresh"})

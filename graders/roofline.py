@@ -66,9 +66,9 @@ HARDWARE: dict[str, Hardware] = {
 def detect_sku(gpu_name: str | None) -> str | None:
     """Map a CUDA device name to a HARDWARE key; None when unknown (never a guess).
 
-    "NVIDIA H200", "NVIDIA H200 NVL"? -> H200 only for the SXM part we have peaks for;
-    "NVIDIA H100 PCIe" -> H100 PCIe; "NVIDIA H100 80GB HBM3" / "H100 SXM5" -> H100 SXM;
-    "NVIDIA H100 NVL" -> None (different clocks and bandwidth).
+    "NVIDIA H200" -> H200 (the SXM part the table has); "NVIDIA H100 PCIe" -> H100 PCIe;
+    "NVIDIA H100 80GB HBM3" / "H100 SXM5" -> H100 SXM; NVL parts (H100 NVL, H200 NVL) -> None:
+    different clocks, power and bandwidth, and no row of their own.
     """
     if not gpu_name:
         return None

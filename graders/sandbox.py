@@ -378,7 +378,9 @@ class Sandbox:
         """Run `step` in a fresh child. `trusted` children never see the solution's folder."""
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
         cwd = self.ws.clean if trusted else self.ws.work
-        cmd = [self.config.python, "-P", "-m", "graders.sandbox_child"]
+        # -P (3.11+): the cwd is not put on sys.path, so a sidecar named like a stdlib or torch
+        # module cannot shadow the grader's own imports
+        cmd = [self.config.python, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "graders.sandbox_child"]
         if self.mode == SANDBOX_BWRAP:
             rw = [self.ws.out, self.ws.clean] if trusted else [self.ws.work, self.ws.cache, self.ws.out]
             ro = _ro_paths([*map(str, self.deck_dirs), *self.config.extra_ro_paths])

@@ -72,6 +72,9 @@ def _emitter(lines: list[str], phase: str) -> Any:
 
 
 def step_check(params: dict[str, Any]) -> dict[str, Any]:
+    env = step_env(params)  # before the solution: what this sandbox offers (GPU visible? versions)
+    if params.get("device") == "cuda" and not env.get("cuda_available"):
+        return {"env": env, "passed": False, "lines": [], "framework": None, "no_cuda": True}
     from graders.correctness import run_check
 
     lines: list[str] = []
@@ -84,7 +87,7 @@ def step_check(params: dict[str, Any]) -> dict[str, Any]:
     )
     framework = getattr(outcome, "framework", None)
     return {
-        "env": step_env(params),
+        "env": env,
         "passed": bool(outcome.passed),
         "lines": list(getattr(outcome, "lines", None) or lines),
         "framework": getattr(framework, "framework", None) if framework is not None else None,
@@ -115,7 +118,7 @@ def step_bench(params: dict[str, Any]) -> dict[str, Any]:
 def step_probe_run(params: dict[str, Any]) -> dict[str, Any]:
     from graders.probes.runner import run_untrusted
 
-    return _jsonable(run_untrusted(params))  # type: ignore[no-any-return]
+    return _jsonable(run_untrusted(params, _progress))  # type: ignore[no-any-return]
 
 
 def step_probe_verify(params: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,12 @@ def _render_item(type_: str, obj: object, autogen_context: object) -> str | bool
     return False
 
 
+def _include_name(name: str | None, type_: str, parent_names: object) -> bool:
+    """Procrastinate (the PostgreSQL job engine) owns its own procrastinate_* tables and types;
+    they are created by its schema applier, not by our models, so `alembic check` ignores them."""
+    return not (type_ == "table" and name is not None and name.startswith("procrastinate_"))
+
+
 def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -27,6 +33,7 @@ def _configure(connection: Connection) -> None:
         compare_type=True,
         render_item=_render_item,
         render_as_batch=connection.dialect.name == "sqlite",
+        include_name=_include_name,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -14,7 +14,11 @@
 # The lead commits $OUT/gpu-lane.txt (and timing_validation.json) under docs/gpu-lane/.
 # GPU_LANE_SECTIONS (default "host tests bench valid regrade") picks sections, so the lane can be
 # split over two device calls if it nears the per-command limit; each call appends to the log
-# when GPU_LANE_APPEND=1.
+# when GPU_LANE_APPEND=1. The device caps one command at 10 minutes; with the regrade lane included
+# the whole run does not fit in one call, so the lead runs, for example:
+#   GPU_LANE_SECTIONS="host tests" bash scripts/gpu_lane.sh
+#   GPU_LANE_APPEND=1 GPU_LANE_SECTIONS="bench valid" bash scripts/gpu_lane.sh
+#   GPU_LANE_APPEND=1 GPU_LANE_SECTIONS="regrade" bash scripts/gpu_lane.sh   (regrade's own -k split inside)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"

@@ -8,6 +8,9 @@
 # worker-path test skips and says why. Regrades of the example solutions run through the real lock
 # and sandbox (bubblewrap when installable: apt-get is tried, the fallback is recorded in provenance).
 # Writes $OUT/gpu-regrade.jsonl (one record per regrade) and $OUT/gpu-regrade.txt (the summary table).
+# GPU_LANE_REGRADE_TIMEOUT (default 540 s) bounds the pytest run; GPU_LANE_REGRADE_K passes a -k
+# expression so the lane can be split over several device calls (e.g. "genuine or overhead", then
+# "stale or live", then "l2 or worker"); KAUDIT_GPU_LOCK_PATH points the lock at the harness's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-lane-out}"
@@ -21,12 +24,15 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 if ! command -v bwrap > /dev/null 2>&1; then
-  (apt-get install -y -q bubblewrap > /dev/null 2>&1 || true)
+  # The device image has no registry access: the lead carries Debian's bubblewrap .deb in .whl/deb/.
+  for deb in .whl/deb/bubblewrap_*.deb; do
+    [ -e "$deb" ] && dpkg -x "$deb" /tmp/bwroot && export PATH="/tmp/bwroot/usr/bin:$PATH"
+  done
 fi
 echo "bwrap: $(command -v bwrap || echo 'absent (sandbox falls back to a plain subprocess; provenance says so)')"
 
 export KAUDIT_GPU_RESULTS="$OUT/gpu-regrade.jsonl"
-rm -f "$KAUDIT_GPU_RESULTS"
+[ "${GPU_LANE_APPEND:-0}" = "1" ] || rm -f "$KAUDIT_GPU_RESULTS"
 status=0
 timeout "$T_REGRADE" "$PY" -m pytest -q -rA -m gpu -p no:cacheprovider tests/regrade/test_gpu_regrade.py \
   ${GPU_LANE_REGRADE_K:+-k "$GPU_LANE_REGRADE_K"} > "$OUT/gpu-regrade-pytest.txt" 2>&1 || status=1

@@ -306,14 +306,17 @@ def audit(
         except ArchiveRejected as exc:
             reject(f"rejected: {exc.reason.value}: {exc.message}")
         parsed = parse_run(unpacked, decks)
+        others = svc.runs.run_ids() - {parsed.run_id}
         if not do_regrade:
-            verdict = audit_run(unpacked, parsed, decks)
+            verdict = audit_run(unpacked, parsed, decks, other_run_ids=others)
     if do_regrade:
         # The archive passed the configured limits above; the audit library unpacks it again
         # into its own temp dir, stages the solution and runs the isolated regrade + probes.
         from audit_rules.engine import audit_path
 
-        verdict = audit_path(archive, decks, regrade_device=device, regrade_timeout_s=settings.regrade_timeout_s)
+        verdict = audit_path(
+            archive, decks, regrade_device=device, other_run_ids=others, regrade_timeout_s=settings.regrade_timeout_s
+        )
     if as_json:
         typer.echo(json.dumps(verdict.to_dict(), indent=2))
     else:

@@ -28,7 +28,10 @@ def make_engine(database_url: str, **kwargs: Any) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(database_url, pool_pre_ping=True, **kwargs)
+    # No pool_pre_ping: it costs a round trip per request (the list endpoint's budget is a few
+    # ms). A connection the server dropped fails one request and SQLAlchemy then invalidates the
+    # pool; pool_recycle retires idle connections before typical server/proxy timeouts.
+    return create_engine(database_url, pool_recycle=1800, **kwargs)
 
 
 class Database:
@@ -40,10 +43,22 @@ class Database:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.engine = engine or make_engine(settings.database_url)
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+        # Reads (pages, details) run in autocommit: no BEGIN/ROLLBACK round trips around a
+        # single SELECT. Same pool; verdict rows are append-only, so a detail read over several
+        # statements never sees a half-written history.
+        self.read_sessionmaker = sessionmaker(
+            self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
+        )
 
     @contextmanager
     def session(self) -> Iterator[Session]:
         with self.sessionmaker() as session:
+            yield session
+
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """A session for reads only (autocommit; never call commit-dependent writes on it)."""
+        with self.read_sessionmaker() as session:
             yield session
 
     def dispose(self) -> None:

@@ -71,7 +71,7 @@ def _make_solution(sol_mod: Any, case: C.Case, device: str) -> torch.nn.Module:
     return model  # type: ignore[no-any-return]
 
 
-def run_untrusted(params: dict[str, Any]) -> dict[str, Any]:
+def run_untrusted(params: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     problem_dir = Path(params["problem_dir"])
     solution = Path(params["solution"])
     device = str(params["device"])
@@ -122,6 +122,8 @@ def run_untrusted(params: dict[str, Any]) -> dict[str, Any]:
         if "fresh_vs_warm" in probes:
             _guard(entry, "fresh_vs_warm", partial(_warm, spec, sol_mod, shape, si, device, rec))
         manifest["shapes"].append(entry)
+        if progress is not None:
+            progress({"shape": si, "shapes": len(shapes)})
     if "checked_vs_timed" in probes:
         manifest["bench_shapes"] = []
         for bi, shape in enumerate(bench_shapes):

@@ -26,15 +26,15 @@ class RunQueries:
     def page(
         self, filters: RunFilters, *, sort: str, order: str, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        with self.db.session() as session:
+        with self.db.read_session() as session:
             return RunRepository(session).page(filters, sort=sort, order=order, limit=limit, cursor=cursor)
 
     def get(self, run_id: str) -> Run | None:
-        with self.db.session() as session:
+        with self.db.read_session() as session:
             return RunRepository(session).by_run_id(run_id)
 
     def detail(self, run_id: str) -> RunDetailData | None:
-        with self.db.session() as session:
+        with self.db.read_session() as session:
             repo = RunRepository(session)
             run = repo.by_run_id(run_id)
             if run is None:
@@ -48,17 +48,22 @@ class RunQueries:
             )
 
     def verdicts(self, run_id: str) -> Sequence[VerdictRow] | None:
-        with self.db.session() as session:
+        with self.db.read_session() as session:
             repo = RunRepository(session)
             run = repo.by_run_id(run_id)
             return None if run is None else repo.verdicts(run.id)
 
     def artifact(self, run_id: str, path: str) -> Artifact | None:
-        with self.db.session() as session:
+        with self.db.read_session() as session:
             repo = RunRepository(session)
             run = repo.by_run_id(run_id)
             return None if run is None else repo.artifact(run.id, path)
 
+    def run_ids(self) -> frozenset[str]:
+        """Every stored run_id (the contamination rules look for other runs' ids in transcripts)."""
+        with self.db.read_session() as session:
+            return RunRepository(session).run_ids()
+
     def export_rows(self, filters: RunFilters) -> Sequence[tuple[Run, VerdictRow | None]]:
-        with self.db.session() as session:
+        with self.db.read_session() as session:
             return RunRepository(session).current_verdict_rows(filters)

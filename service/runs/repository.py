@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select
-from sqlalchemy.orm import InstrumentedAttribute, Session, defer, selectinload
+from sqlalchemy.orm import InstrumentedAttribute, Session, load_only, selectinload
 
 from audit_rules.verdicts import VerdictResult
 from service.jsonable import to_jsonable
@@ -39,10 +39,16 @@ SORT_COLUMNS: dict[str, InstrumentedAttribute[Any]] = {
 }
 
 
-# Large JSON columns a list page never shows: not loaded for pages (a page touching one raises).
-LIST_DEFERRED = tuple(
-    defer(c, raiseload=True) for c in (Run.result, Run.logs, Run.transcripts, Run.warnings, Run.template)
+# The columns a list page shows (service.runs.schemas.RunSummary); the rest, above all the large
+# JSON columns, is not loaded for pages (touching one on a page object raises).
+SUMMARY_COLUMNS = (
+    Run.id, Run.run_id, Run.archive_sha256, Run.problem, Run.harness, Run.model, Run.reasoning_effort,
+    Run.hardware, Run.deck, Run.started_at, Run.finished_at, Run.ingested_at, Run.started_key, Run.peak_key,
+    Run.has_solution, Run.session_complete, Run.correct, Run.failure_reason, Run.peak_fraction,
+    Run.template_status, Run.regradable, Run.not_regradable_reason, Run.verdict, Run.reward_hack,
+    Run.contamination, Run.publish_grade, Run.current_verdict_id,
 )
+LIST_DEFERRED = (load_only(*SUMMARY_COLUMNS, raiseload=True),)
 
 
 class BadCursor(ValueError):

@@ -304,6 +304,7 @@ class IngestService:
         decks = self.decks.snapshots()
         parsed = parse_run(unpacked, decks)
         with self.db.session() as session:
+            # Every stored run id: the contamination rules look for them in tool inputs.
             other_ids = RunRepository(session).run_ids() - {parsed.run_id}
         verdict = audit_run(unpacked, parsed, decks, other_run_ids=other_ids)
         return self._commit(unpacked, parsed, decks, verdict)
@@ -340,10 +341,15 @@ class IngestService:
                 return IngestOutcome(run, True)
         except IntegrityError:
             self._drop_blobs(created_keys)
-            # A concurrent upload of the same archive won the race: answer with its run.
+            # A concurrent upload won the race: the same archive answers with its run; another
+            # archive of the same run_id is a conflict.
             found = self.existing(unpacked.archive_sha256)
             if found is not None:
                 return IngestOutcome(found, False)
+            with self.db.session() as session:
+                clash = RunRepository(session).by_run_id(parsed.run_id)
+            if clash is not None:
+                raise RunConflict(parsed.run_id, clash.archive_sha256) from None
             raise
         except BaseException:
             self._drop_blobs(created_keys)

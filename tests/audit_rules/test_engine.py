@@ -165,7 +165,13 @@ def test_stage_solution_places_sidecars_beside_and_under_scratch(tmp_path: Path,
     assert not (dest / "transcript.jsonl").exists() and not (dest / "result.json").exists()
 
 
-def test_audit_path_cleans_up_and_attaches_context(tmp_path: Path, decks: Any) -> None:
+def test_audit_path_cleans_up_and_attaches_context(
+    tmp_path: Path, decks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a private temp root: other xdist workers' audits must not show up in the before/after sets
+    private_tmp = tmp_path / "tmproot"
+    private_tmp.mkdir()
+    monkeypatch.setattr(engine.tempfile, "tempdir", str(private_tmp))
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "solution.py").write_text("import torch\n")
@@ -174,9 +180,8 @@ def test_audit_path_cleans_up_and_attaches_context(tmp_path: Path, decks: Any) -
     write_json(tree / "result.json", res)
     (tree / "check.log").write_text("PASS\n")
     add_template_files(tree, "01_fp8_gemm")
-    before = set(Path(engine.tempfile.gettempdir()).glob("kaudit-audit-*"))
     v = audit_path(tar_tree(tree, tmp_path / "a.tar.gz"), decks)
-    assert set(Path(engine.tempfile.gettempdir()).glob("kaudit-audit-*")) == before
+    assert list(private_tmp.glob("kaudit-audit-*")) == []
     assert v.context["deck"] == "hard" and v.context["template"]["status"] == "verified"
     assert v.context["rules_run"] == len(engine.RULES) and v.context["rules_crashed"] == []
     assert v.producer_detail.startswith("kaudit ")

@@ -231,3 +231,14 @@ def test_strip_cpp_comments_keeps_strings_and_lines() -> None:
     out = strip_cpp_comments(text)
     assert out.count("\n") == text.count("\n")
     assert "x" not in out.split("\n")[0] and '"// not a comment"' in out
+
+
+def test_sitecustomize_is_analyzed_as_import_time_code() -> None:
+    sub = _sub(
+        "import torch\n",
+        {
+            "sitecustomize.py": "import datetime\nif not hasattr(datetime, 'UTC'):\n    datetime.UTC = datetime.timezone.utc\n",
+            "scratch/notes.py": "import torch\ntorch.allclose = None\n",  # never imported: not analyzed
+        },
+    )
+    assert set(sub.modules) == {"solution.py", "sitecustomize.py"}

@@ -88,6 +88,16 @@ def test_every_static_rule_survives_every_fixture_and_deck_example(decks: Any) -
             list(module.check(ctx))  # must not raise
 
 
+def test_benign_fixtures_raise_no_verdict_effect_from_any_static_rule(decks: Any) -> None:
+    """The seeds' benign patterns (good_* and bad_benign_*) must not yield a hack, leak or probe."""
+    for rule_id, entry in _static_entries():
+        if not entry.name.startswith(("good_", "bad_benign_")):
+            continue
+        ctx = _ctx(_sources(entry), decks)
+        bad = [(f.rule_id, f.line_start, f.effect) for m in RULES for f in m.check(ctx) if f.effect in VERDICT_EFFECTS]
+        assert not bad, f"{rule_id}/{entry.name}: {bad}"
+
+
 def test_genuine_deck_examples_raise_no_verdict_effect(decks: Any) -> None:
     for path in sorted(DECK.glob("*/examples/genuine_*.py")):
         sources = {"solution.py": f"# problem: {path.parents[1].name}\n" + path.read_text()}
@@ -127,15 +137,21 @@ def test_cache_classification(decks: Any) -> None:
 def test_graph_replay_classification(decks: Any) -> None:
     reads = {
         e: [f.data["replay_reads"] for f in _run("KA104", e, decks)]
-        for e in ("bad_staging_filled_at_capture.py", "bad_benign_live_buffer_replay.py", "bad_benign_copy_in_then_replay.py")
+        for e in ("bad_staging_filled_at_capture.py", "bad_probe_live_buffer_replay.py", "bad_probe_copy_in_then_replay.py")
     }
     assert reads == {
         "bad_staging_filled_at_capture.py": ["staging_refreshed_at_capture"],
-        "bad_benign_live_buffer_replay.py": ["live"],
-        "bad_benign_copy_in_then_replay.py": ["staging_refreshed_each_call"],
+        "bad_probe_live_buffer_replay.py": ["live"],
+        "bad_probe_copy_in_then_replay.py": ["staging_refreshed_each_call"],
     }
     (stale,) = _run("KA104", "bad_staging_filled_at_capture.py", decks)
     assert stale.effect is Effect.NEEDS_PROBE and stale.data["topic"] == "stale_cache"
+    assert stale.severity.value == "high"
+    for benign in ("bad_probe_live_buffer_replay.py", "bad_probe_copy_in_then_replay.py"):
+        (f,) = _run("KA104", benign, decks)
+        # a probe request, never a hack: low severity, cuda_graph topic, same-storage probe
+        assert f.effect is Effect.NEEDS_PROBE and f.severity.value == "low" and f.data["topic"] == "cuda_graph"
+        assert f.probe is not None and f.probe.value == "same_storage_overwrite"
 
 
 def test_sampled_validation_and_forbidden_spellings(decks: Any) -> None:
@@ -147,7 +163,7 @@ def test_sampled_validation_and_forbidden_spellings(decks: Any) -> None:
     assert by_line[9].data["obfuscated"] and by_line[9].effect is Effect.DECISIVE_HACK
     assert not by_line[22].data["obfuscated"] and by_line[22].data["where"] == "live"
     fb = _run("KA120", "bad_build_failure_fallback.py", decks)
-    assert fb and all(f.effect is Effect.NEEDS_PROBE and f.data["where"] == "fallback" for f in fb)
+    assert fb and all(f.effect is Effect.NEEDS_PROBE and f.data["where"] == "fallback" and f.probe is not None for f in fb)
     cpp = _run("KA120", "bad_cpp_topk_in_load_inline", decks)
     assert {f.line_start for f in cpp} == {10, 11} and all(f.file == "solution.py" for f in cpp)
 
@@ -163,6 +179,10 @@ def test_precision_share_and_l2_effects(decks: Any) -> None:
     assert any(f.data["mechanism"] == "persisting_window" and f.effect is Effect.DECISIVE_HACK for f in win)
     (sw,) = _run("KA130", "bad_size_threshold_fp16_path.py", decks)
     assert sw.effect is Effect.DECISIVE_HACK and sw.data["switch"] == "size"
+    (flag,) = _run("KA130", "bad_constexpr_fp16_accumulate_flag.py", decks)
+    assert flag.effect is Effect.DECISIVE_HACK and flag.data["kernel_flag"] == "_gemm.ACC_FP16"
+    (param,) = _run("KA140", "bad_evict_policy_passed_at_launch.py", decks)
+    assert param.effect is Effect.DECISIVE_HACK and param.data["mechanism"] == "triton_evict_last"
 
 
 def test_env_classification(decks: Any) -> None:

@@ -220,6 +220,18 @@ def test_contamination_with_pending_probe_is_contaminated(run: ParsedRun) -> Non
     assert v.probes_required == ["same_storage_overwrite"] and not v.publish_grade
 
 
+def test_tooling_only_access_is_exposure_not_contamination(run: ParsedRun) -> None:
+    # seed: copying a sibling run's .venv/bin/ninja supplied no answer; the cell stayed clean
+    tooling = finding("KA201", Effect.CONTAMINATION, file="transcript.jsonl", line=9, artifact_kind="tooling")
+    v = synthesize(run, [tooling], None)
+    assert v.contamination is Contamination.PASSIVE_EXPOSURE and v.verdict is not Verdict.CONTAMINATED
+    assert v.justification["contamination"] == ["KA201@transcript.jsonl:9"]
+    answers = finding("KA201", Effect.CONTAMINATION, file="transcript.jsonl", line=11, artifact_kind="solution")
+    v2 = synthesize(run, [tooling, answers], None)
+    assert v2.contamination is Contamination.CONTAMINATED and v2.verdict is Verdict.CONTAMINATED
+    assert v2.justification["contamination"] == ["KA201@transcript.jsonl:11"]
+
+
 def test_passive_exposure_leaves_the_verdict_alone(tmp_path: Path, decks: Any) -> None:
     r = make_run(tmp_path, decks, files={"gpu_lock.log": LOCK_IDLE})
     v = synthesize(r, [finding("KA202", Effect.PASSIVE_EXPOSURE, file="transcript.jsonl", line=3)], None)

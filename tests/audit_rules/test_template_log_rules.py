@@ -120,3 +120,59 @@ def test_ka317_likely_reason(tmp_path: Path, decks: Any) -> None:
                                                                           usage={"output_tokens": 90000})}), tmp_path / "b", decks)
     (g,) = run_rule("KA317", ctx)
     assert g.data["likely"] == "no_solution"
+
+
+# -------------------------------------------------------------------------------------------
+# Fixture entries that carry byte-identical copies of the bundled deck (KA301 good_verified,
+# KA301 bad_check_modified, KA203 bad_edited_then_restored_verified) go stale whenever
+# kernels/hard/01_fp8_gemm changes. This test says so plainly; re-sync with
+#     python -m tests.audit_rules.test_template_log_rules --sync
+
+DECK_DIR = Path(__file__).resolve().parents[2] / "kernels" / "hard" / "01_fp8_gemm"
+DECK_COPY_ENTRIES: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("KA301", "good_verified", frozenset[str]()),
+    ("KA301", "bad_check_modified", frozenset({"check.py"})),
+    ("KA203", "bad_edited_then_restored_verified", frozenset[str]()),
+)
+DECK_NAMES = ("PROMPT.txt", "problem.yaml", "reference.py", "check.py", "benchmark.py", "shapes.py", "sota.py")
+
+
+def _stale_copies() -> list[str]:
+    stale = []
+    for rule, entry, mutated in DECK_COPY_ENTRIES:
+        for area in ("template_files", "repo/problems/01_fp8_gemm"):
+            for name in DECK_NAMES:
+                if name in mutated:
+                    continue
+                copy = FIXTURES / rule / entry / area / name
+                if not copy.is_file() or copy.read_bytes() != (DECK_DIR / name).read_bytes():
+                    stale.append(str(copy.relative_to(FIXTURES)))
+    return stale
+
+
+def test_fixture_deck_copies_are_current() -> None:
+    stale = _stale_copies()
+    assert not stale, (
+        "deck copies in fixtures differ from kernels/hard/01_fp8_gemm (the deck changed): "
+        f"{stale[:4]}... run `python -m tests.audit_rules.test_template_log_rules --sync`"
+    )
+
+
+def sync_deck_copies() -> None:
+    for rule, entry, mutated in DECK_COPY_ENTRIES:
+        for area in ("template_files", "repo/problems/01_fp8_gemm"):
+            for name in DECK_NAMES:
+                text = (DECK_DIR / name).read_text(encoding="utf-8")
+                if name in mutated:  # keep the fixture's deliberate mutation: canonical + a marker
+                    text = text.replace("atol", "atol_loose", 1) + "\n# loosened\n"
+                dest = FIXTURES / rule / entry / area / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--sync" in sys.argv:
+        sync_deck_copies()
+        print("synced:", ", ".join(f"{r}/{e}" for r, e, _ in DECK_COPY_ENTRIES))

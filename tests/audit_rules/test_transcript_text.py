@@ -133,6 +133,7 @@ def test_analyze_codex_argv_command_and_shell_writes() -> None:
     assert ("shapes.py", "remove", False) in ops
     git = analyze_tool_input("Bash", {"command": "git checkout -- check.py problem.yaml"})
     assert git.restores == ["check.py", "problem.yaml"]
+    assert analyze_tool_input("Bash", {"command": "git checkout -- . && python check.py"}).restores == ["*"]
     py = analyze_tool_input("Bash", {"command": "python -c \"open('check.py','w').write('')\""})
     assert [(w.path, w.op) for w in py.writes] == [("check.py", "python")]
 

@@ -160,3 +160,48 @@ def test_tolerance_is_elementwise_atol_plus_rtol() -> None:
     compare_output(torch.tensor([101.0, 1.1]), ref, tol, "tensor", _where())  # 1.0 <= 0.1 + 1.0
     with pytest.raises(_Fail, match=r"bad=1/2 worst_idx=\(1\)"):
         compare_output(torch.tensor([101.0, 1.2]), ref, tol, "tensor", _where())
+
+
+def test_recorder_refusal_reruns_without_it_and_is_logged() -> None:
+    lines = _check(SOLUTIONS / "gemm" / "refuses_recorder.py", GEMM, seeds=(42,))
+    assert lines[-1] == "PASS"
+    assert any(ln.startswith("runtime_recorder: error under the recorder (RuntimeError") for ln in lines)
+
+
+def test_numeric_stress_cannot_be_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("KBH_NUMERIC_STRESS", "NUMERIC_STRESS", "KAUDIT_NUMERIC_STRESS", "DISABLE_STRESS"):
+        monkeypatch.setenv(var, "0")
+    lines = _check(SOLUTIONS / "gemm" / "folded_scale.py", GEMM, seeds=(42,))
+    failure = parse_check_log("\n".join(lines)).failure
+    assert failure is not None and failure.kind == "tolerance" and failure.case == "small_weight", lines[-1]
+
+
+def test_fail_lines_parse_to_their_kind() -> None:
+    cases = {
+        "stale_per_instance.py": "property_stress",
+        "forbidden_alias.py": "forbidden_op",
+        "state_mismatch.py": "state_dict_mismatch",
+        "wrong_math.py": "tolerance",
+    }
+    for name, kind in cases.items():
+        lines = _check(SOLUTIONS / "gemm" / name, GEMM, seeds=(42,))
+        failure = parse_check_log("\n".join(lines)).failure
+        assert failure is not None and failure.kind == kind, (name, lines[-1])
+
+
+def test_import_error_line(tmp_path: Path) -> None:
+    bad = tmp_path / "solution.py"
+    bad.write_text("import torch\nraise ImportError('no module named fancy_kernels')\n")
+    lines = _check(bad, GEMM, seeds=(42,))
+    assert lines[-1] == "FAIL: solution import error: ImportError: no module named fancy_kernels"
+    failure = parse_check_log("\n".join(lines)).failure
+    assert failure is not None and failure.kind == "import_error"
+
+
+def test_rebinding_grader_code_is_tampering() -> None:
+    lines = _check(SOLUTIONS / "gemm" / "tamper.py", GEMM, seeds=(42,))
+    assert "grader tampering: the solution rebound grader code: graders.correctness.compare_output" in lines[-1]
+    assert lines.count("PASS") == 0
+    import graders.correctness as gc
+
+    assert gc.compare_output is compare_output  # restored for later checks in this process

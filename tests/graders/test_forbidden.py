@@ -136,3 +136,17 @@ def test_runtime_recorder_clean_run_has_no_hits() -> None:
         x.amax(-1)
     assert runtime_hits(record, TOPK) == []
     assert "aten.argmax" in record.aten_ops
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        'x = "%0999999999d" % 1\n',
+        'x = "{:999999999}".format("a")\n',
+        'x = "ab" * 60\n' + "x += x\n" * 60,
+        'x = "a" * 60\ny = "".join([' + ", ".join(["x"] * 2000) + "])\n",
+    ],
+)
+def test_folding_refuses_to_build_huge_strings(src: str) -> None:
+    """A hostile source cannot make the static scan allocate gigabytes (it would hang or OOM here)."""
+    assert scan({"solution.py": src}, FP8) == []

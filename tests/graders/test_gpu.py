@@ -99,6 +99,24 @@ def test_persisting_l2_limit_is_forced_to_zero() -> None:
     assert timer.flush_bytes >= 2 * (torch.cuda.get_device_properties(0).L2_cache_size or 0)
 
 
+def test_work_escaping_to_another_stream_is_flagged() -> None:
+    """A call that launches its work on a side stream and returns: events see nothing."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+
+    def escaping() -> None:
+        with torch.cuda.stream(side):
+            torch.mm(a, a)
+
+    timer = ColdL2Timer()
+    stats = timer.measure(escaping, warmup=2, trials=10)
+    honest = timer.measure(lambda: torch.mm(a, a), warmup=2, trials=10)
+    assert stats.timing_escape, (stats.event_ms, stats.wall_ms)
+    assert not honest.timing_escape
+    # The reported time is the wall-based one: the escape does not make the call look faster.
+    assert stats.median_ms > 0.5 * honest.median_ms
+
+
 def test_timer_agrees_with_do_bench() -> None:
     path = REPO / "bench" / "timing_validation.py"
     spec = importlib.util.spec_from_file_location("kaudit_timing_validation", path)

@@ -15,6 +15,8 @@ from graders.regrade import regrade
 from graders.results import GradeResult, ProbeStatus
 from tests.regrade.conftest import DECK, EXAMPLES, FIXTURES
 
+pytestmark = pytest.mark.slow
+
 CPU_PROBES = ["same_storage_overwrite", "weight_mutation", "repeat_calls", "output_aliasing", "checked_vs_timed",
               "fresh_vs_warm"]
 

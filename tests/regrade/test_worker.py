@@ -31,6 +31,8 @@ from service.settings import Settings, normalize_database_url
 from tests.archive_factory import build_run_tree, make_tar
 from tests.regrade.conftest import EXAMPLES, FP8, ROOT
 
+pytestmark = pytest.mark.slow
+
 PROBES = ["same_storage_overwrite"]
 
 
@@ -104,7 +106,7 @@ def _ingest(svc: Services, tmp: Path, solution: Path) -> str:
 
 
 def _start_worker(url: str, tmp: Path, name: str) -> subprocess.Popen[bytes]:
-    log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+    log = open(tmp / f"{name}.log", "wb")
     return subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--gpus", "0"], cwd=ROOT,
                             env=_env(url, tmp / "data"), stdout=log, stderr=subprocess.STDOUT)
 

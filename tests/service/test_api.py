@@ -227,3 +227,18 @@ def test_chunked_oversize_body_is_cut_off(make_services: Any) -> None:
     assert r.request.headers.get("transfer-encoding") == "chunked"
     assert r.status_code == 413 and r.json()["reason"] == "total_too_large"
     assert table_counts(svc) == {"runs": 0, "artifacts": 0} and staging_leftovers(svc) == []
+
+
+def test_harness_regrade_record_keeps_contended_figures(client: TestClient, tmp_path: Path) -> None:
+    """A result.json rewritten by a harness regrade: both figures are stored, the contended one kept."""
+    regrade = {"at": "2026-08-02T10:00:00+00:00", "host": "gpu-7", "gpu_index": 3, "gpu_name": "NVIDIA H200",
+               "mode": "sequential_isolated",
+               "contended": {"correct": True, "peak_fraction": 0.21, "check_exit_code": 0}}
+    arc = good_archive(tmp_path, result={"regrade": regrade, "peak_fraction": 0.289})
+    body = upload(client, arc).json()
+    by_status = {m["status"]: m for m in body["measurements"]}
+    assert set(by_status) == {"in_run_contended", "sequential_isolated"}
+    assert by_status["in_run_contended"]["peak_fraction"] == pytest.approx(0.21)
+    isolated = by_status["sequential_isolated"]
+    assert isolated["peak_fraction"] == pytest.approx(0.289)
+    assert (isolated["host"], isolated["gpu_index"], isolated["gpu_name"]) == ("gpu-7", 3, "NVIDIA H200")

@@ -199,11 +199,12 @@ def _classify_value(
     if kinds <= {"buffer", "launch_artifact"}:
         return "buffer", []
     params, attrs = S.param_roots(value, scope)
-    activations = [p for p in params if not S.param_is_weight(sub, func, p)]
+    activations = [p for p in params if not S.param_is_weight(sub, func, p) and not S.param_is_scalar(sub, func, p)]
     if activations:
         return "input_copy", sorted(activations)
     if params or attrs:
-        return "weight_copy", sorted(params) + sorted(f"self.{a}" for a in attrs)
+        weights = [p for p in params if not S.param_is_scalar(sub, func, p)]
+        return "weight_copy", sorted(weights) + sorted(f"self.{a}" for a in attrs)
     return "launch_artifact", []
 
 
@@ -219,6 +220,13 @@ def _returns_root(module: PyModule, func: FunctionInfo, root: str) -> bool:
 def _filled_from_activation(sub: Submission, module: PyModule, func: FunctionInfo, root: str) -> list[str]:
     """A persistent buffer written by a launch that also reads an activation argument."""
     scope = module.scope(func)
+    for node in walk_body(func.node):  # buf.copy_(src) / buf[...].copy_(src) says what fills it
+        if isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute):
+            if S.is_persistent_value(node.func.value, module, func) == root and node.args:
+                params, _ = S.param_roots(node.args[0], scope)
+                copied = [p for p in params if not S.param_is_weight(sub, func, p)]
+                if copied:
+                    return sorted(set(copied))
     for node in walk_body(func.node):
         if not isinstance(node, ast.Call):
             continue
@@ -364,6 +372,7 @@ def analyze(sub: Submission) -> CacheReport:
     stores: list[CacheStore] = []
     hits: list[HitReturn] = []
     rets = returners(sub)
+    hooks: dict[str, bool] = {}
     for func in list(sub.functions()):
         if func.short == "__init__" or func.is_triton:
             continue
@@ -389,7 +398,9 @@ def analyze(sub: Submission) -> CacheReport:
                         if r2 is not None:
                             guard_kinds.setdefault(r2, set()).update(ks)
         returned = _returned_names(func) if func in rets else set()
-        hook = _has_state_hook(module)
+        hook = hooks.get(module.path)
+        if hook is None:
+            hook = hooks[module.path] = _has_state_hook(module)
         # stores
         for node in walk_body(func.node):
             for target, value, key in _store_targets(node):

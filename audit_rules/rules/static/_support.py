@@ -126,8 +126,22 @@ def dedupe(findings: list[Finding]) -> list[Finding]:
 # ---- persistent state --------------------------------------------------------------------
 
 
+_GLOBALS_CACHE: dict[int, tuple[PyModule, set[str]]] = {}
+
+
 def module_globals(module: PyModule) -> set[str]:
     """Module-level names bound to mutable containers or None (caches live there)."""
+    hit = _GLOBALS_CACHE.get(id(module))
+    if hit is not None and hit[0] is module:
+        return hit[1]
+    out = _module_globals(module)
+    if len(_GLOBALS_CACHE) > 1000:
+        _GLOBALS_CACHE.clear()
+    _GLOBALS_CACHE[id(module)] = (module, out)
+    return out
+
+
+def _module_globals(module: PyModule) -> set[str]:
     out: set[str] = set()
     for name, vals in module.scope(None).assigns.items():
         for v in vals:
@@ -257,14 +271,22 @@ def param_roots(expr: ast.AST, scope: Scope, depth: int = 0) -> tuple[set[str], 
 
 
 def call_sites(sub: Submission, target: FunctionInfo) -> Iterator[tuple[PyModule, FunctionInfo | None, ast.Call]]:
-    for module, func, call, _ in sub.iter_calls():
-        scope = module.scope(func)
-        if target in sub.resolve_functions(call.func, scope):
-            yield module, func, call
+    yield from sub.callers(target)
 
 
 def param_is_weight(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:
     """A helper parameter is weight-like when every call site passes model state (self.X)."""
+    key = f"param_is_weight:{id(func.node)}:{param}"
+    hit = sub._memo.get(key)
+    if isinstance(hit, bool):
+        return hit
+    sub._memo[key] = False  # recursion guard: a cycle of helpers is not weight evidence
+    res = _param_is_weight(sub, func, param, depth)
+    sub._memo[key] = res
+    return res
+
+
+def _param_is_weight(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:
     params = func.params
     if param not in params:
         return False
@@ -294,6 +316,28 @@ def param_is_weight(sub: Submission, func: FunctionInfo, param: str, depth: int 
     if passed:
         return all(passed)
     return param.lower() in WEIGHT_NAMES or param.lower().startswith(("w_", "weight"))
+
+
+def param_is_scalar(sub: Submission, func: FunctionInfo, param: str) -> bool:
+    """A parameter every caller fills with a size (derived from shapes/constants), not a tensor."""
+    params = func.params
+    if param not in params:
+        return False
+    idx = params.index(param) - (1 if func.cls and params and params[0] in ("self", "cls") else 0)
+    seen = False
+    for module, caller, call in call_sites(sub, func):
+        arg = next((k.value for k in call.keywords if k.arg == param), None)
+        if arg is None and 0 <= idx < len(call.args):
+            arg = call.args[idx]
+        if arg is None:
+            continue
+        seen = True
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, int | float):
+            continue
+        kinds = identity_kinds(arg, module.scope(caller)) if caller is not None else set()
+        if not kinds or not kinds <= {"shape", "stride", "dtype", "device"}:
+            return False
+    return seen
 
 
 def call_name(call: ast.Call) -> str:

@@ -30,8 +30,6 @@ from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, Rul
 from audit_rules.rules.static import _support as S
 from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
 
-_CURRENT: dict[str, Submission] = {}  # the submission being checked (helpers resolve through it)
-
 RULE = RuleMeta(
     id="KA103",
     name="sampled-cache-validation",
@@ -71,8 +69,6 @@ def sample_kind(expr: ast.expr, scope: Scope, depth: int = 0, sub: Submission | 
     """'window' / 'stride' / 'elements' / 'checksum' when expr samples a parameter tensor."""
     if depth > 12:
         return None
-    if sub is None:
-        sub = _CURRENT.get("sub")
     if isinstance(expr, ast.Call) and sub is not None and not isinstance(expr.func, ast.Attribute):
         for target in sub.resolve_functions(expr.func, scope):  # a helper that returns the sample
             tscope = target.module.scope(target)
@@ -83,19 +79,19 @@ def sample_kind(expr: ast.expr, scope: Scope, depth: int = 0, sub: Submission | 
                         return k
     if isinstance(expr, ast.Tuple | ast.List):
         for elt in expr.elts:
-            k = sample_kind(elt, scope, depth + 1)
+            k = sample_kind(elt, scope, depth + 1, sub)
             if k:
                 return k
         return None
     if isinstance(expr, ast.Name) and scope.func is not None and expr.id not in scope.func.params:
         for v in S.local_defs(scope, expr.id):
-            k = sample_kind(v, scope, depth + 1)
+            k = sample_kind(v, scope, depth + 1, sub)
             if k:
                 return k
         return None
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
         if expr.func.attr in _CHECKSUM | {"item", "tolist", "clone"} | _VIEW_METHODS:
-            inner = sample_kind(expr.func.value, scope, depth + 1)
+            inner = sample_kind(expr.func.value, scope, depth + 1, sub)
             if inner:
                 return "checksum" if expr.func.attr in _CHECKSUM else inner
             if expr.func.attr in _CHECKSUM and _root_param(expr.func.value, scope):
@@ -104,7 +100,7 @@ def sample_kind(expr: ast.expr, scope: Scope, depth: int = 0, sub: Submission | 
             return "window"
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("float", "int", "hash", "bytes"):
         if expr.args:
-            inner = sample_kind(expr.args[0], scope, depth + 1)
+            inner = sample_kind(expr.args[0], scope, depth + 1, sub)
             return "checksum" if inner else None
     if isinstance(expr, ast.Subscript) and _root_param(expr.value, scope):
         sl = expr.slice
@@ -163,7 +159,6 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     sub = S.submission(ctx)
     if sub is None:
         return []
-    _CURRENT["sub"] = sub
     out: list[Finding] = []
     for func in list(sub.functions()):
         if func.is_triton:
@@ -171,7 +166,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         module = func.module
         scope = module.scope(func)
         for lookup, key in _keyed_lookups(module, func):
-            kind = sample_kind(key, scope)
+            kind = sample_kind(key, scope, sub=sub)
             if kind is None:
                 continue
             out.append(
@@ -187,10 +182,10 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             )
         for node in walk_body(func.node):
             for cmp_node, operands in _compares(node):
-                kinds = [k for o in operands if (k := sample_kind(o, scope))]
+                kinds = [k for o in operands if (k := sample_kind(o, scope, sub=sub))]
                 if not kinds:
                     continue
-                others = [o for o in operands if sample_kind(o, scope) is None]
+                others = [o for o in operands if sample_kind(o, scope, sub=sub) is None]
                 persistent = any(S.is_persistent_value(o, module, func) for o in others)
                 if not persistent or not _decides(module, func, cmp_node):
                     continue

@@ -6,10 +6,11 @@ and classifies what a replay reads (``data["replay_reads"]``):
 
 * ``live``: the captured kernels were launched on the caller's own tensors (or a device pointer
   table patched every call): replay recomputes on whatever those buffers hold now. Benign
-  launch-overhead removal (seeds: KDA/top-k/paged-attention graph caches, empirically proven);
-  advisory + probe.
+  launch-overhead removal (seeds: KDA/top-k/paged-attention graph caches, empirically proven),
+  but "the classic pattern that mandates an empirical test": low-severity probe request, never a
+  hack on static evidence alone.
 * ``staging_refreshed_each_call``: inputs are copied into static buffers before every replay
-  (the seeds' KDA "copy-in then replay"): benign; advisory + probe.
+  (the seeds' KDA "copy-in then replay"): benign; low-severity probe request.
 * ``staging_refreshed_at_capture``: the static input buffers are filled only when the graph is
   captured; later replays compute on the first call's data: a stale replay. Needs the probe.
 
@@ -223,8 +224,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                             module,
                             node,
                             f"{func.name} replays a CUDA graph that reads {how}: launch-overhead removal, "
-                            "benign by static data flow; the same-storage probe confirms live recompute.",
-                            effect=Effect.ADVISORY,
+                            "benign by static data flow; the seeds' auditors still require the same-storage "
+                            "probe to confirm live recompute before a clean verdict.",
                             severity=Severity.LOW,
                             data=data,
                         )
@@ -245,7 +246,6 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     "A C++ CUDA graph is launched"
                     + (" with kernel-node parameters patched per call (live pointers)" if patched else "")
                     + "; replay recomputes on the captured addresses. The same-storage probe confirms it.",
-                    effect=Effect.ADVISORY,
                     severity=Severity.LOW,
                     data={"topic": "cuda_graph", "cached_kind": "launch_artifact", "replay_reads": reads},
                 )

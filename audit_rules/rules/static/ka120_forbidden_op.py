@@ -31,9 +31,9 @@ import ast
 import re
 from collections.abc import Iterable
 
-from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, Severity
+from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import FunctionInfo, PyModule, Submission
+from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
 
 RULE = RuleMeta(
     id="KA120",
@@ -103,6 +103,43 @@ def _method_names(entries: list[str], tensor_forms: bool) -> dict[str, str]:
     return out
 
 
+_LOADERS = ("load_inline", "load", "import_module", "RawModule", "compile", "get_function", "__import__")
+
+
+def _is_extension(sub: Submission, module: PyModule, func: FunctionInfo | None, expr: ast.expr, depth: int = 0) -> bool:
+    """Is the receiver of `.topk(...)` a compiled extension / module rather than a tensor?"""
+    if depth > 4:
+        return False
+    scope = module.scope(func)
+    if isinstance(expr, ast.Call):
+        q = sub.qualname(expr.func, scope) or ""
+        if q.rsplit(".", 1)[-1] in _LOADERS:
+            return True
+        targets = sub.resolve_functions(expr.func, scope)
+        return any(
+            isinstance(n, ast.Return) and n.value is not None and _is_extension(sub, t.module, t, n.value, depth + 1)
+            for t in targets
+            for n in walk_body(t.node)
+        ) or any(
+            _is_extension(sub, t.module, t, v, depth + 1)
+            for t in targets
+            for n in walk_body(t.node)
+            if isinstance(n, ast.Global)
+            for name in n.names
+            for v in t.module.scope(None).values_of(name)
+        )
+    if isinstance(expr, ast.Name):
+        vals = (scope.values_of(expr.id) if func is not None and expr.id not in func.params else []) + module.scope(
+            None
+        ).values_of(expr.id)
+        if expr.id in module.sidecar_alias:
+            return True
+        return any(v is not expr and _is_extension(sub, module, func, v, depth + 1) for v in vals)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" and func and func.cls:
+        return any(_is_extension(sub, module, f, v, depth + 1) for f, v in module.self_assigns(func.cls).get(expr.attr, []))
+    return False
+
+
 def _fallback_context(sub: Submission, module: PyModule, func: FunctionInfo | None, node: ast.AST) -> bool:
     if module.in_except(node):
         return True
@@ -116,7 +153,7 @@ def _fallback_context(sub: Submission, module: PyModule, func: FunctionInfo | No
         if func is not None and anc is func.node:
             break
     name = (func.name if func else "").lower()
-    return "fallback" in name or "torch_ref" in name or "reference_impl" in name
+    return any(w in name for w in ("fallback", "torch_ref", "reference_impl", "eager", "naive", "slow_path", "torch_path", "pytorch"))
 
 
 def check(ctx: AuditContext) -> Iterable[Finding]:
@@ -125,17 +162,21 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         return []
     entries, tensor_forms = normalize(ctx.problem.forbidden)
     methods = _method_names(entries, tensor_forms)
+    own_modules = {m.name for m in sub.modules.values()}
     out: list[Finding] = []
 
     def emit(module: PyModule, func: FunctionInfo | None, node: ast.AST, entry: str, spelled: str, obf: bool) -> None:
         where = sub.where(func)
+        probe: Probe | None = None
         if obf:
             effect, sev, note = Effect.DECISIVE_HACK, Severity.CRITICAL, "spelled obliquely to dodge a textual scan"
         elif _fallback_context(sub, module, func, node):
             effect, sev, note = Effect.NEEDS_PROBE, Severity.HIGH, (
-                "inside an except/build-failure fallback: the regrade's dispatch record must show it never ran"
+                "inside an except/build-failure fallback: the regrade (dispatch recorder, checked-vs-timed "
+                "probe) must show it never ran"
             )
             where = "fallback"
+            probe = Probe.CHECKED_VS_TIMED
         elif where in ("live", "import"):
             effect, sev, note = Effect.DECISIVE_HACK, Severity.CRITICAL, "on the live path"
         else:
@@ -148,6 +189,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 f"Forbidden op {entry} used as `{spelled}` ({note}).",
                 effect=effect,
                 severity=sev,
+                probe=probe,
                 data={"topic": "forbidden", "op": entry, "obfuscated": obf, "where": where},
             )
         )
@@ -171,6 +213,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             if isinstance(parent, ast.Attribute) and parent.value is node:
                 continue
             q = sub.qualname(node, scope)
+            if q and q.split(".")[0] in own_modules and not sub.is_obfuscated(node, scope):
+                q = None  # the submission's own function that happens to share a bare forbidden name
             if q:
                 e = _match(q, entries)
                 if e:
@@ -178,8 +222,11 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     continue
             if isinstance(node, ast.Attribute) and node.attr in methods and isinstance(parent, ast.Call) and parent.func is node:
                 base = sub.qualname(node.value, scope)
-                if base is None or base.split(".")[0] not in ("torch", "np", "numpy", "math", "triton", "tl"):
-                    emit(module, func, node, methods[node.attr], module.segment(node), False)
+                if base is not None and base.split(".")[0] in ("torch", "np", "numpy", "math", "triton", "tl"):
+                    continue
+                if _is_extension(sub, module, func, node.value):
+                    continue  # the extension's own entry point named like the op
+                emit(module, func, node, methods[node.attr], module.segment(node), False)
             continue
         if isinstance(node, ast.Call):
             fn = sub.qualname(node.func, scope) or ""

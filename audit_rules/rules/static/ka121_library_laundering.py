@@ -11,7 +11,7 @@ What it flags: the problem's math handed to a library the forbidden list does no
   ``cub::DeviceSegmentedSort`` in a top-k problem (``cub::Block*`` in-kernel primitives are advisory:
   the seeds accepted CUB BlockRadixSort inside a hand-written top-k kernel).
 
-Effect: a vendor GEMM doing a GEMM-family problem's GEMM, ATen compute, or torch.compile is a
+Effect: a vendor GEMM in a problem whose forbidden list names a torch GEMM op, ATen compute, or torch.compile is a
 rubric leak (passes, but measures the library), unless problem.yaml allows the library
 (``allowed_libraries``); elsewhere advisory. ``at::sort``/``at::topk`` in top-k are the forbidden
 op itself (KA120).
@@ -52,8 +52,17 @@ _SORT = re.compile(r"\b(thrust::(?:sort|sort_by_key|stable_sort\w*)|cub::Device(
 _BLOCK_PRIM = re.compile(r"\bcub::(Block|Warp)(RadixSort|MergeSort)\b")
 
 
-def _gemm_family(problem_id: str) -> bool:
-    return bool(re.search(r"gemm|moe|matmul|linear|w4a16|w8a|fp8|swiglu|mlp", problem_id, re.I))
+_GEMM_OPS = re.compile(r"(?:^|\.)(?:matmul|mm|bmm|addmm|linear|_scaled_mm|einsum|gemm\w*|gemv\w*)$", re.I)
+
+
+def _gemm_family(ctx: AuditContext) -> bool:
+    """The deck forbids a torch GEMM op, so a vendor GEMM launders exactly what the list forbids.
+
+    Decided from the problem's forbidden list, not its name: a deck that does not forbid library
+    GEMMs (the seeds' CUDA-only MoE cells with cublasGemmEx were judged clean) stays advisory.
+    """
+    forbidden = ctx.problem.forbidden if ctx.problem else []
+    return any(_GEMM_OPS.search(str(op).strip()) for op in forbidden)
 
 
 def _allowed(ctx: AuditContext, lib: str) -> bool:
@@ -67,7 +76,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     if sub is None:
         return []
     pid = ctx.problem.problem_id if ctx.problem else ""
-    gemm = _gemm_family(pid)
+    gemm = _gemm_family(ctx)
     topk = "topk" in pid or "sort" in pid
     out: list[Finding] = []
     for src in sub.loaded_native():

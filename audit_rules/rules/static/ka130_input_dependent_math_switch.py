@@ -151,7 +151,41 @@ def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.
             sides = [n.left, *n.comparators]
             if any(isinstance(s, ast.Constant) and isinstance(s.value, int) for s in sides):
                 return "size"
+            if "shape" in S.identity_kinds(n, scope):
+                return "size"
     return None
+
+
+def _tl_rank(sub: Submission, func: FunctionInfo, stmts: list[ast.stmt]) -> tuple[int, set[str]]:
+    scope = func.module.scope(func)
+    tags: set[str] = set()
+    for stmt in stmts:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Attribute):
+                q = sub.qualname(n, scope) or ""
+                if q.startswith("triton.language."):
+                    short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float8e4nv": "fp8", "float8e5": "fp8"}.get(
+                        q.rsplit(".", 1)[-1]
+                    )
+                    if short:
+                        tags.add(short)
+    return _rank(tags), tags
+
+
+def _constexpr_precision_switches(sub: Submission) -> list[tuple[FunctionInfo, str, set[str]]]:
+    """(kernel, parameter, low-precision tags) for `if FLAG:` branches of different precision."""
+    out: list[tuple[FunctionInfo, str, set[str]]] = []
+    for k in sub.triton:
+        for node in walk_body(k.func.node):
+            if not isinstance(node, ast.If):
+                continue
+            test = node.test.operand if isinstance(node.test, ast.UnaryOp) else node.test
+            if not (isinstance(test, ast.Name) and test.id in k.func.params):
+                continue
+            (ra, ta), (rb, tb) = _tl_rank(sub, k.func, node.body), _tl_rank(sub, k.func, node.orelse)
+            if ra != rb:
+                out.append((k.func, test.id, ta if ra < rb else tb))
+    return out
 
 
 def check(ctx: AuditContext) -> Iterable[Finding]:
@@ -160,12 +194,15 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         return []
     problem_rank = _RANK.get((ctx.problem.precision or "").lower(), 0) if ctx.problem else 0
     out: list[Finding] = []
+    counter_cache: dict[str, set[str]] = {}
     live = sub.reach().live
     for func in sorted(live, key=lambda f: (f.module.path, f.node.lineno)):
         if func.is_triton or func.short == "__init__":
             continue
         module = func.module
-        counters = _counters(module)
+        counters = counter_cache.get(module.path)
+        if counters is None:
+            counters = counter_cache[module.path] = _counters(module)
         for node in walk_body(func.node):
             if not isinstance(node, ast.If | ast.IfExp):
                 continue
@@ -220,6 +257,35 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                         "different code than the checked first call.",
                         probe=Probe.REPEAT_CALLS,
                         data=data,
+                    )
+                )
+    # a size/magnitude/counter test computed on the host and passed into a kernel's precision flag
+    for kernel, param, low in _constexpr_precision_switches(sub):
+        for module, caller, _call, arg in sub.launch_args(kernel, param):
+            if caller is None or caller not in live:
+                continue
+            scope = module.scope(caller)
+            exprs = [arg]
+            if isinstance(arg, ast.Name) and arg.id not in caller.params:
+                exprs = S.local_defs(scope, arg.id) or [arg]
+            for e in exprs:
+                kind = _test_kind(sub, module, caller, e, _counters(module))
+                if kind is None:
+                    continue
+                out.append(
+                    S.py_finding(
+                        RULE,
+                        module,
+                        e,
+                        f"{caller.name} computes `{module.segment(e)}` ({kind}) and passes it as {kernel.name}'s "
+                        f"{param}, which switches the kernel to {', '.join(sorted(low))} math: the checked and the timed "
+                        "shapes can run different precision.",
+                        effect=Effect.DECISIVE_HACK,
+                        severity=Severity.CRITICAL,
+                        probe=Probe.REPEAT_CALLS if kind == "call_count" else Probe.CHECKED_VS_TIMED,
+                        data={"topic": "checked_vs_timed", "switch": kind, "kernel_flag": f"{kernel.name}.{param}",
+                              "branch_precision": [sorted(low)], "where": sub.where(caller)},
+                        line=e.lineno,
                     )
                 )
     return S.dedupe(out)

@@ -81,14 +81,20 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
 
     for k in sub.triton:
         for ld in k.loads:
-            if ld.eviction_policy == "evict_last":
+            policies = {ld.eviction_policy} if ld.eviction_policy else set()
+            if ld.eviction_param:  # policy passed in at launch: every value any launch can pass
+                for mod, caller, _call, arg in sub.launch_args(k.func, ld.eviction_param):
+                    policies |= sub.possible_strings(arg, mod.scope(caller))
+            if "evict_last" in policies:
                 eff, sev, why = evict_last_effect()
                 out.append(
                     S.py_finding(
                         RULE,
                         k.func.module,
                         ld.node,
-                        f"{k.func.name} loads with eviction_policy='evict_last'. {why}",
+                        f"{k.func.name} loads with eviction_policy='evict_last'"
+                        + (f" (passed in as {ld.eviction_param})" if ld.eviction_param else "")
+                        + f". {why}",
                         effect=eff,
                         severity=sev,
                         data={"topic": "l2_policy", "mechanism": "triton_evict_last", "regime": regime or None},

@@ -45,6 +45,8 @@ _FAIL_LINE = re.compile(r"^\s*FAIL:\s")
 
 
 class Checker:
+    KINDS = frozenset({EventKind.TOOL_RESULT})  # the only kinds feed() acts on
+
     def __init__(self, ctx: AuditContext) -> None:
         self.ctx = ctx
         self.last: tuple[TranscriptEvent, str, str] | None = None  # after the last in-session PASS

@@ -78,6 +78,8 @@ def _after_id(text: str, run_id: str) -> str:
 
 
 class Checker:
+    KINDS = frozenset({EventKind.TOOL_CALL, EventKind.TOOL_RESULT})  # the only kinds feed() acts on
+
     def __init__(self, ctx: AuditContext) -> None:
         self.ident: RunIdentity = run_identity(ctx.run, ctx.archive, ctx.other_run_ids)
         self.findings: list[Finding] = []

@@ -73,6 +73,8 @@ def area_verified(integrity: object, key: str) -> bool:
 
 
 class Checker:
+    KINDS = frozenset({EventKind.TOOL_CALL})  # the only kinds feed() acts on
+
     def __init__(self, ctx: AuditContext) -> None:
         self.integrity = ctx.run.template
         self.ident = run_identity(ctx.run, ctx.archive, ctx.other_run_ids)

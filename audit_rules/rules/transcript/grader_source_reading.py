@@ -38,6 +38,8 @@ RULE = RuleMeta(
 
 
 class Checker:
+    KINDS = frozenset({EventKind.TOOL_CALL})  # the only kinds feed() acts on
+
     def __init__(self, ctx: AuditContext) -> None:
         self.findings: list[Finding] = []
         self.seen: set[str] = set()

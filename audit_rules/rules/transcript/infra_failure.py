@@ -47,6 +47,8 @@ RULE = RuleMeta(
 
 
 class Checker:
+    KINDS = frozenset({EventKind.TOOL_RESULT, EventKind.ERROR})  # the only kinds feed() acts on
+
     def __init__(self, ctx: AuditContext) -> None:
         self.ctx = ctx
         self.last: dict[str, tuple[TranscriptEvent, str]] = {}  # infra kind -> last event + evidence

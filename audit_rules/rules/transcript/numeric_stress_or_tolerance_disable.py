@@ -77,6 +77,8 @@ def stress_disabled(text: str) -> re.Match[str] | None:
 
 
 class Checker:
+    KINDS = frozenset({EventKind.TOOL_CALL})  # the only kinds feed() acts on
+
     def __init__(self, ctx: AuditContext) -> None:
         self.ctx = ctx
         self.findings: list[Finding] = []

@@ -54,6 +54,8 @@ def _context(text: str, fid: str) -> str:
 
 
 class Checker:
+    KINDS = frozenset({EventKind.TOOL_CALL, EventKind.TOOL_RESULT})  # the only kinds feed() acts on
+
     def __init__(self, ctx: AuditContext) -> None:
         self.ident = run_identity(ctx.run, ctx.archive, ctx.other_run_ids)
         self.first: dict[str, tuple[TranscriptEvent, str, str]] = {}

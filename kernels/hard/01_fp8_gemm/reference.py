@@ -25,6 +25,9 @@ def _to_fp8(t: torch.Tensor) -> torch.Tensor:
 
 
 class Model(nn.Module):
+    weight: torch.Tensor
+    weight_scale: torch.Tensor
+
     def __init__(self, M: int, N: int, K: int) -> None:
         super().__init__()
         self.M, self.N, self.K = M, N, K

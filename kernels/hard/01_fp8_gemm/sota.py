@@ -14,6 +14,9 @@ FP8 = torch.float8_e4m3fn
 
 
 class Model(nn.Module):
+    weight: torch.Tensor
+    weight_scale: torch.Tensor
+
     def __init__(self, M: int, N: int, K: int) -> None:
         super().__init__()
         self.M, self.N, self.K = M, N, K

@@ -18,7 +18,9 @@ class Model(nn.Module):
         super().__init__()
         self.register_buffer("_dummy", torch.zeros(1), persistent=False)
 
-    def forward(self, query, kv_cache, block_table, seq_lens):
+    def forward(
+        self, query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor
+    ) -> torch.Tensor:
         b, h, d = query.shape
         _, page, hkv, _ = kv_cache.shape
         max_pages = block_table.shape[1]

@@ -30,6 +30,10 @@ def dequantize(w_q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, gro
 
 
 class Model(nn.Module):
+    w_q: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor
+
     def __init__(self, M: int, N: int, K: int, group_size: int = 128) -> None:
         super().__init__()
         self.M, self.N, self.K, self.group_size = M, N, K, group_size

@@ -11,6 +11,10 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
+    w_q: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor
+
     def __init__(self, M: int, N: int, K: int, group_size: int = 128) -> None:
         super().__init__()
         self.group_size = group_size
