@@ -153,21 +153,22 @@ def _crash_finding(module: ModuleType, exc: BaseException) -> Finding:
     )
 
 
-def _feed_table(checkers: Sequence[tuple[ModuleType, Any]]) -> dict[EventKind, tuple[tuple[ModuleType, Any, Any], ...]]:
-    """For each event kind, the (module, checker, bound feed) of the checkers that want it, in rule order.
+_Feed = Callable[[TranscriptEvent], object]
+
+
+def _feed_table(checkers: Sequence[tuple[ModuleType, Any, _Feed]]) -> dict[EventKind, tuple[_Feed, ...]]:
+    """For each event kind, the bound feed() of the checkers that want it, in rule order.
 
     A Checker may declare `KINDS` (the event kinds its feed() acts on; feed must ignore every
     other kind): it is then only called for those. On a 400k-event transcript this skips about
     half of the nine checkers' calls per event. A Checker without KINDS gets every event.
     """
-    table: dict[EventKind, tuple[tuple[ModuleType, Any, Any], ...]] = {}
-    for kind in EventKind:
-        table[kind] = tuple(
-            (module, checker, checker.feed)
-            for module, checker in checkers
-            if getattr(checker, "KINDS", None) is None or kind in checker.KINDS
+    return {
+        kind: tuple(
+            feed for _, checker, feed in checkers if getattr(checker, "KINDS", None) is None or kind in checker.KINDS
         )
-    return table
+        for kind in EventKind
+    }
 
 
 def run_rules(ctx: AuditContext, rules: Sequence[ModuleType] = RULES) -> list[Finding]:
@@ -187,19 +188,25 @@ def run_rules(ctx: AuditContext, rules: Sequence[ModuleType] = RULES) -> list[Fi
 
     if checkers:
         alive = list(checkers)
-        table = _feed_table(alive)
+        # One bound feed per checker for the whole stream (the table holds these same objects,
+        # so a crashing feed maps back to its rule by identity).
+        feeding = [(module, checker, checker.feed) for module, checker in alive]
+        owners = {id(feed): (module, checker) for module, checker, feed in feeding}
+        table = _feed_table(feeding)
         for name in transcript_paths(ctx.archive):
             if not alive:
                 break
             for event in iter_events(ctx.archive.files[name].staged_path, name):
-                for module, checker, feed in table[event.kind]:
+                for feed in table[event.kind]:
                     try:
                         feed(event)
                     except Exception as exc:
+                        module, checker = owners[id(feed)]
                         log.exception("transcript rule %s crashed", meta_of(module).id)
                         findings.append(_crash_finding(module, exc))
                         alive = [p for p in alive if p[1] is not checker]
-                        table = _feed_table(alive)
+                        feeding = [f for f in feeding if f[1] is not checker]
+                        table = _feed_table(feeding)
         for module, checker in alive:
             try:
                 findings.extend(checker.finish())

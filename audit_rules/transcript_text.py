@@ -70,11 +70,41 @@ def _has_any(text: str, needles: tuple[str, ...]) -> bool:
     return False
 
 
+def _grouped(needles: tuple[str, ...], roots: tuple[str, ...]) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, ...]]:
+    """Needles grouped under a root each of them contains; (groups, needles under no root)."""
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    taken: set[str] = set()
+    for root in roots:
+        members = tuple(n for n in needles if root in n and n not in taken)
+        taken.update(members)
+        if members:
+            groups.append((root, members))
+    return tuple(groups), tuple(n for n in needles if n not in taken)
+
+
+# `_has_any(text, RELEVANT_SUBSTRINGS)` with the needles grouped under a shared root (".py" for
+# six deck files, "git " for four subcommands, ...): a text without the root skips the whole
+# group. Same answer by construction (a needle in the text implies its root in the text).
+_RELEVANT_GROUPS, _RELEVANT_SINGLES = _grouped(RELEVANT_SUBSTRINGS, (".py", "git ", "src", "tol"))
+
+
+def _relevant_any(text: str) -> bool:
+    for root, needles in _RELEVANT_GROUPS:
+        if root in text:
+            for s in needles:
+                if s in text:
+                    return True
+    for s in _RELEVANT_SINGLES:
+        if s in text:
+            return True
+    return False
+
+
 def is_relevant(text: str) -> bool:
-    if not _has_any(text, RELEVANT_SUBSTRINGS):
+    if not _relevant_any(text):
         return False
     if "python" in text and ("check.py" in text or "benchmark.py" in text):
-        return _has_any(_RUNS_GRADER_RE.sub(" ", text), RELEVANT_SUBSTRINGS)
+        return _relevant_any(_RUNS_GRADER_RE.sub(" ", text))
     return True
 
 
@@ -141,7 +171,8 @@ _foreign_val: list[str] = []
 def foreign_in_event_text(ident: RunIdentity, event: TranscriptEvent) -> list[str]:
     """`ident.foreign(event.text)`, computed once per event whatever the number of checkers asking."""
     global _foreign_key, _foreign_val
-    if _foreign_key is None or _foreign_key[0] is not event or _foreign_key[1] != ident.own:
+    key = _foreign_key
+    if key is None or key[0] is not event or (key[1] is not ident.own and key[1] != ident.own):
         key = (event, ident.own)
         _foreign_key, _foreign_val = key, ident.foreign(event.text) if event.text else []
     return _foreign_val
@@ -430,9 +461,10 @@ class CallInfo:
 
     def foreign(self, ident: RunIdentity) -> list[str]:
         """Foreign run ids named anywhere in the input (memoized: several checkers ask)."""
-        if self._foreign is None or self._foreign[0] != ident.own:
-            self._foreign = (ident.own, ident.foreign(self.text))
-        return self._foreign[1]
+        cached = self._foreign
+        if cached is None or (cached[0] is not ident.own and cached[0] != ident.own):
+            cached = self._foreign = (ident.own, ident.foreign(self.text))
+        return cached[1]
 
     def ensure_shell(self) -> None:
         """Parse the shell command now if the prefilter skipped it (KA201 needs it for run paths)."""
@@ -446,9 +478,15 @@ def flatten(value: Any, _depth: int = 0) -> str:
     if _depth > 6:
         return ""
     if isinstance(value, dict):
-        return "\n".join(flatten(v, _depth + 1) for v in value.values())
+        try:  # all values strings (an Edit, a Write): the same join without a frame per value
+            return "\n".join(value.values())
+        except TypeError:
+            return "\n".join(flatten(v, _depth + 1) for v in value.values())
     if isinstance(value, list | tuple):
-        return "\n".join(flatten(v, _depth + 1) for v in value)
+        try:
+            return "\n".join(value)
+        except TypeError:
+            return "\n".join(flatten(v, _depth + 1) for v in value)
     return "" if value is None else str(value)
 
 
@@ -531,28 +569,40 @@ def _write_op(path: str, op: str, content: str = "", old: str = "") -> WriteOp:
 
 
 # tool name -> (stripped, lower-cased); a handful of names per transcript (bounded anyway)
-_TOOL_NAMES: dict[str, tuple[str, str]] = {}
+_TOOL_NAMES: dict[str, tuple[str, str, bool]] = {}
+_LIST_TOOLS = frozenset({"grep", "glob", "search", "find", "ls", "list", "list_dir"})
 
 
-def analyze_tool_input(tool_name: str | None, inp: Any) -> CallInfo:
+def _tool_names(tool_name: str | None) -> tuple[str, str, bool]:
+    """(stripped name, lower-cased name, whether a dict input may name files) for a tool."""
     names = _TOOL_NAMES.get(tool_name) if tool_name is not None else None
     if names is None:
         tool = (tool_name or "").strip()
-        names = (tool, tool.lower())
+        low = tool.lower()
+        files = (low in _EDIT_TOOLS or low in ("multiedit", "notebookedit") or low in _WRITE_TOOLS
+                 or low in _READ_TOOLS or low in _PATCH_TOOLS or low in _LIST_TOOLS)
+        names = (tool, low, files)
         if tool_name is not None and len(_TOOL_NAMES) < 1024:
             _TOOL_NAMES[tool_name] = names
-    tool, low = names
+    return names
+
+
+def analyze_tool_input(tool_name: str | None, inp: Any) -> CallInfo:
+    tool, low, names_files = _tool_names(tool_name)
     is_dict = isinstance(inp, dict)
     if low == "bash" and is_dict and isinstance(inp.get("command"), str):
         text = inp["command"]  # the description is the agent's prose, not an action
-    elif low == "read" and is_dict and isinstance(inp.get("file_path"), str):
-        text = inp["file_path"]
+        info = _call_info(tool, text)
+        info.command = text  # what _command_of returns for a shell tool with a string command
     else:
-        text = flatten(inp)
-    info = _call_info(tool, text)
-    info.command = _command_of(low, inp)
+        if low == "read" and is_dict and isinstance(inp.get("file_path"), str):
+            text = inp["file_path"]
+        else:
+            text = flatten(inp)
+        info = _call_info(tool, text)
+        info.command = _command_of(low, inp)
     info.relevant = is_relevant(text)
-    if is_dict:
+    if is_dict and names_files:  # (a shell tool's dict input names no file of its own)
         if low in _EDIT_TOOLS or low == "multiedit" or low == "notebookedit":
             path = _path_of(inp)
             if path:
@@ -582,7 +632,7 @@ def analyze_tool_input(tool_name: str | None, inp: Any) -> CallInfo:
                 info.reads.append(path)
         elif low in _PATCH_TOOLS:
             info.writes.extend(parse_patch(flatten(inp.get("input", inp.get("patch", inp.get("patchText", text))))))
-        elif low in ("grep", "glob", "search", "find", "ls", "list", "list_dir"):
+        elif low in _LIST_TOOLS:
             path = _path_of(inp)
             if path:
                 info.reads.append(path)
@@ -830,8 +880,17 @@ def gate_hits(text: str) -> tuple[bool, bool]:
     """(an infra gate matched, a defect gate matched), computed once per text object."""
     global _gate_src, _gate_val
     if _gate_src is not text:
-        low = lower_once(text)
-        _gate_src, _gate_val = text, (_has_any(low, INFRA_GATES), _has_any(low, DEFECT_GATES))
+        low = _lower_val if _lower_src is text else lower_once(text)
+        infra = defect = False
+        for g in INFRA_GATES:  # _has_any inlined: this runs for every tool result
+            if g in low:
+                infra = True
+                break
+        for g in DEFECT_GATES:
+            if g in low:
+                defect = True
+                break
+        _gate_src, _gate_val = text, (infra, defect)
     return _gate_val
 
 
@@ -850,7 +909,8 @@ CODE_DEFECT_ANY = re.compile("|".join(f"(?:{p.pattern})" for _, p in CODE_DEFECT
 
 def classify_infra(text: str) -> tuple[str, str] | None:
     """(infra kind, evidence line) for the first infrastructure signature in `text`."""
-    if not gated(text, INFRA_GATES) or not (INFRA_ANY.search(text) or INFRA_ANY_I.search(text)):
+    gates = _gate_val if _gate_src is text else gate_hits(text)  # `gated(text, INFRA_GATES)`, one call less
+    if not gates[0] or not (INFRA_ANY.search(text) or INFRA_ANY_I.search(text)):
         return None
     for kind, pat in INFRA_PATTERNS:
         m = pat.search(text)
@@ -860,7 +920,8 @@ def classify_infra(text: str) -> tuple[str, str] | None:
 
 
 def classify_defect(text: str) -> tuple[str, str] | None:
-    if not gated(text, DEFECT_GATES):
+    gates = _gate_val if _gate_src is text else gate_hits(text)  # `gated(text, DEFECT_GATES)`
+    if not gates[1]:
         return None
     m0 = CODE_DEFECT_ANY.search(text)
     if not m0:

@@ -39,7 +39,16 @@ import torch
 from graders.forbidden import ForbiddenHit, RuntimeRecord, record_ops, runtime_hits, scan
 from graders.framework import FrameworkReport, detect, gate
 from graders.logformat import check_fail_line, check_pass_line, property_seed_line
-from graders.problem import ProblemSpec, StressCase, Tolerance, import_isolated, load_problem, shape_desc
+from graders.problem import (
+    ProblemSpec,
+    StressCase,
+    Tolerance,
+    build_solution_model,
+    import_isolated,
+    load_problem,
+    on_device,
+    shape_desc,
+)
 from graders.sources import add_loaded_modules, collect_sources
 
 SMOKE_LINE = "smoke: cpu interpreter run, never publish-grade"
@@ -318,7 +327,10 @@ def _state_tensor(model: torch.nn.Module, name: str) -> torch.Tensor:
 
 def _model_inputs(spec: ProblemSpec, seed: int, device: str) -> list[Any]:
     torch.manual_seed(seed)
-    return _to_device(list(spec.reference.get_inputs()), device)
+    with on_device(device):
+        inputs = list(spec.reference.get_inputs())
+    return _to_device(inputs, device)
+
 
 
 @contextlib.contextmanager
@@ -347,12 +359,12 @@ class _Runner:
         spec = self.spec
         torch.manual_seed(seed)
         init = list(spec.reference.get_init_inputs())
-        ref = spec.model_class(*init).to(self.device).eval()
+        with on_device(self.device):
+            ref = spec.model_class(*init).to(self.device).eval()
         torch.manual_seed(seed)
         try:
             with _solution_stdout():
-                sol = self.sol_model(*init)
-                sol = sol.to(self.device).eval()
+                sol = build_solution_model(self.sol_model, init, self.device)
         except Exception as exc:
             raise _Fail(where.fail(f"runtime error: Model construction: {_one_line(exc)}")) from None
         try:
@@ -413,7 +425,8 @@ def _recorded_pass(
     spec.apply_shape(shape)
     torch.manual_seed(seed)
     init = list(spec.reference.get_init_inputs())
-    ref = spec.model_class(*init).to(runner.device).eval()
+    with on_device(runner.device):
+        ref = spec.model_class(*init).to(runner.device).eval()
     inputs = _model_inputs(spec, seed, runner.device)
     ref_inputs = _clone(inputs)
     with torch.no_grad():

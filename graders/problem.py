@@ -9,6 +9,7 @@ evaluator: the yaml is data, so nothing in it is ever handed to `eval`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import itertools
 import math
@@ -109,6 +110,37 @@ class ProblemSpec:
     @property
     def has_property_cases(self) -> bool:
         return self.property_cases > 0 and callable(getattr(self.reference, "make_property_case", None))
+
+
+def on_device(device: str) -> contextlib.AbstractContextManager[Any]:
+    """Make factory calls (torch.randn, parameters in __init__) allocate directly on `device`.
+
+    Full graded shapes are large (the MoE hidden state is 262144 x 4096): drawing them with the CPU
+    generator and copying costs seconds per case, so on CUDA the deck's get_inputs() and Model
+    construction run under a device context and draw from the (seeded) CUDA generator. The draw is
+    deterministic per seed and device; CPU smoke runs keep the CPU generator.
+    """
+    if device == "cpu":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.device(device)
+
+
+def build_solution_model(sol_model: type, init: list[Any], device: str) -> Any:
+    """The solution's Model, allocated on the device when its constructor allows it.
+
+    Its own initial values never matter (the reference state_dict is loaded with strict=True);
+    a constructor that cannot run under a device context is retried the plain way (CPU, then .to).
+    """
+    try:
+        with on_device(device):
+            model = sol_model(*init)
+    except Exception:
+        if device == "cpu":
+            raise
+        model = sol_model(*init)
+    return model.to(device).eval()
 
 
 # ---------------------------------------------------------------------------------------------

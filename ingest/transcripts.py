@@ -19,11 +19,26 @@ import hashlib
 import json
 import json.scanner
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ingest.model import Dialect, EventKind, Role, TranscriptEvent, TranscriptStats
+
+# Enum members as module constants: on Python 3.11 `EventKind.X` goes through EnumType.__getattr__'s
+# slow path (~0.13 us an access), several times per event on a 400k-event transcript.
+_K_ERROR = EventKind.ERROR
+_K_META = EventKind.META
+_K_REASONING = EventKind.REASONING
+_K_TEXT = EventKind.TEXT
+_K_TOOL_CALL = EventKind.TOOL_CALL
+_K_TOOL_RESULT = EventKind.TOOL_RESULT
+_K_USAGE = EventKind.USAGE
+_R_ASSISTANT = Role.ASSISTANT
+_R_ERROR = Role.ERROR
+_R_SYSTEM = Role.SYSTEM
+_R_TOOL = Role.TOOL
+_R_USER = Role.USER
 
 TRANSCRIPT_FILES = ("transcript.jsonl", "codex_session.jsonl")
 MAX_LINE_BYTES = 64 << 20
@@ -31,12 +46,12 @@ SNIFF_LINES = 200  # lines looked at to recognise the dialect (first JSON line d
 GROK_FLUSH_CHARS = 64 << 10  # accumulated deltas become one text event at most this long
 
 _ROLE = {
-    "user": Role.USER,
-    "assistant": Role.ASSISTANT,
-    "model": Role.ASSISTANT,
-    "system": Role.SYSTEM,
-    "developer": Role.SYSTEM,
-    "tool": Role.TOOL,
+    "user": _R_USER,
+    "assistant": _R_ASSISTANT,
+    "model": _R_ASSISTANT,
+    "system": _R_SYSTEM,
+    "developer": _R_SYSTEM,
+    "tool": _R_TOOL,
 }
 
 
@@ -65,7 +80,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str | None]]:
 
 # The C scanner json.loads ends up in, called directly: json.loads adds a BOM test, two
 # whitespace regex matches and three Python frames per line (~1 us on a 400k-line transcript).
-_SCAN_ONCE = json.scanner.make_scanner(json.JSONDecoder())
+_SCAN_ONCE: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def _parse(s: str) -> Any:
@@ -258,10 +273,6 @@ class _State:
 # claude (and cursor)
 
 
-_TOOL_CALL = EventKind.TOOL_CALL
-_TOOL_RESULT = EventKind.TOOL_RESULT
-
-
 def _claude(obj: dict[str, Any], st: _State) -> list[_EvD]:
     t = obj.get("type")
     ts = obj.get("timestamp")
@@ -273,7 +284,7 @@ def _claude(obj: dict[str, Any], st: _State) -> list[_EvD]:
         bits = [f"{k}={obj[k]}" for k in ("subtype", "model", "cwd", "session_id") if isinstance(obj.get(k), str)]
         text = " ".join(bits) if sub == "init" else _flatten(obj.get("content") or obj.get("message") or "") or " ".join(bits)
         is_err = "error" in str(sub).lower()
-        out.append(_ev(Role.ERROR if is_err else Role.SYSTEM, EventKind.ERROR if is_err else EventKind.META, text,
+        out.append(_ev(_R_ERROR if is_err else _R_SYSTEM, _K_ERROR if is_err else _K_META, text,
                        timestamp=ts, is_error=is_err))
         return out
     if t == "assistant" or t == "user":
@@ -281,7 +292,7 @@ def _claude(obj: dict[str, Any], st: _State) -> list[_EvD]:
         if msg.__class__ is not dict:
             msg = _dict(msg)
         r = msg.get("role") or t
-        role = _ROLE.get(r if r.__class__ is str else str(r), Role.ASSISTANT)
+        role = _ROLE.get(r if r.__class__ is str else str(r), _R_ASSISTANT)
         content = msg.get("content")
         # Claude Code reports provider failures as a synthetic assistant message ("API Error: 402 ...",
         # model "<synthetic>", isApiErrorMessage in session logs): an ERROR event, not model text.
@@ -293,35 +304,42 @@ def _claude(obj: dict[str, Any], st: _State) -> list[_EvD]:
         )
         u = msg.get("usage")
         usage = (u or None) if u.__class__ is dict else None
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        if not isinstance(content, list):
-            content = []
+        if content.__class__ is not list:
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            if not isinstance(content, list):
+                content = []
         for block in content:
             if block.__class__ is not dict and not isinstance(block, dict):
                 continue
             bt = block.get("type")
             if bt == "tool_use" or bt == "server_tool_use":
-                out.append(_ev(role, _TOOL_CALL, "", tool_name=block.get("name"), tool_input=block.get("input"),
-                               call_id=block.get("id"), timestamp=ts))
+                # _ev(...) written out: the hot block types of a claude transcript skip the call
+                out.append({"index": 0, "line": 0, "source": "", "dialect": None, "role": role, "kind": _K_TOOL_CALL,
+                            "text": "", "tool_name": block.get("name"), "tool_input": block.get("input"),
+                            "call_id": block.get("id"), "is_error": False, "timestamp": ts, "usage": None})
             elif bt == "tool_result" or bt == "web_search_tool_result":
                 c = block.get("content")
-                out.append(
-                    _ev(Role.TOOL, _TOOL_RESULT, c if c.__class__ is str else _flatten(c),
-                        call_id=block.get("tool_use_id"), is_error=bool(block.get("is_error")), timestamp=ts)
-                )
+                out.append({"index": 0, "line": 0, "source": "", "dialect": None, "role": _R_TOOL,
+                            "kind": _K_TOOL_RESULT, "text": c if c.__class__ is str else _flatten(c), "tool_name": None,
+                            "tool_input": None, "call_id": block.get("tool_use_id"),
+                            "is_error": bool(block.get("is_error")), "timestamp": ts, "usage": None})
             elif bt == "text":
                 text = str(block.get("text", ""))
                 if api_error:
-                    out.append(_ev(Role.ERROR, EventKind.ERROR, text, is_error=True, timestamp=ts))
+                    out.append(_ev(_R_ERROR, _K_ERROR, text, is_error=True, timestamp=ts))
                 else:
-                    out.append(_ev(role, EventKind.TEXT, text, timestamp=ts))
+                    out.append({"index": 0, "line": 0, "source": "", "dialect": None, "role": role, "kind": _K_TEXT,
+                                "text": text, "tool_name": None, "tool_input": None, "call_id": None,
+                                "is_error": False, "timestamp": ts, "usage": None})
             elif bt == "thinking" or bt == "redacted_thinking":
-                out.append(_ev(role, EventKind.REASONING, str(block.get("thinking", "")), timestamp=ts))
+                out.append({"index": 0, "line": 0, "source": "", "dialect": None, "role": role,
+                            "kind": _K_REASONING, "text": str(block.get("thinking", "")), "tool_name": None,
+                            "tool_input": None, "call_id": None, "is_error": False, "timestamp": ts, "usage": None})
             elif bt == "image":
-                out.append(_ev(role, EventKind.META, "[image]", timestamp=ts))
+                out.append(_ev(role, _K_META, "[image]", timestamp=ts))
         if api_error and not out:
-            out.append(_ev(Role.ERROR, EventKind.ERROR, _flatten(obj.get("error")), is_error=True, timestamp=ts))
+            out.append(_ev(_R_ERROR, _K_ERROR, _flatten(obj.get("error")), is_error=True, timestamp=ts))
         if usage is not None and out:
             out[0]["usage"] = usage
         return out
@@ -335,19 +353,19 @@ def _claude(obj: dict[str, Any], st: _State) -> list[_EvD]:
             st.output_tokens = ot
         text = _flatten(obj.get("result"))
         is_err = bool(obj.get("is_error")) or str(obj.get("subtype", "")).startswith("error")
-        out.append(_ev(Role.SYSTEM, EventKind.USAGE, text, usage=usage, is_error=is_err, timestamp=ts))
+        out.append(_ev(_R_SYSTEM, _K_USAGE, text, usage=usage, is_error=is_err, timestamp=ts))
         if is_err:
             err_text = text or str(obj.get("subtype", "error"))
-            out.append(_ev(Role.ERROR, EventKind.ERROR, err_text, is_error=True, timestamp=ts))
+            out.append(_ev(_R_ERROR, _K_ERROR, err_text, is_error=True, timestamp=ts))
         return out
     if t == "tool_call":  # cursor-agent
         return _cursor_tool(obj, ts)
     if t == "stream_event":  # partial-message deltas; the complete message follows as its own line
         return []
     if t == "error" or "error" in obj:
-        return [_ev(Role.ERROR, EventKind.ERROR, _flatten(obj.get("error") or obj.get("message")), is_error=True,
+        return [_ev(_R_ERROR, _K_ERROR, _flatten(obj.get("error") or obj.get("message")), is_error=True,
                     timestamp=ts)]
-    return [_ev(Role.SYSTEM, EventKind.META, str(t or ""), timestamp=ts)]
+    return [_ev(_R_SYSTEM, _K_META, str(t or ""), timestamp=ts)]
 
 
 def _starts_api_error(content: Any) -> bool:
@@ -355,7 +373,9 @@ def _starts_api_error(content: Any) -> bool:
         return content.lstrip().startswith("API Error")
     if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
         text = content[0].get("text")
-        return isinstance(text, str) and text.lstrip().startswith("API Error")
+        # "API Error" cannot start the stripped text unless "API Error" occurs in it: skip the
+        # lstrip copy of every assistant text block.
+        return isinstance(text, str) and "API Error" in text and text.lstrip().startswith("API Error")
     return False
 
 
@@ -373,8 +393,8 @@ def _cursor_tool(obj: dict[str, Any], ts: str | None) -> list[_EvD]:
             text = _flatten(inner)
         else:
             text = _flatten(res)
-        return [_ev(Role.TOOL, EventKind.TOOL_RESULT, text, tool_name=tool, call_id=cid, is_error=is_err, timestamp=ts)]
-    return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name=tool, tool_input=body.get("args"), call_id=cid,
+        return [_ev(_R_TOOL, _K_TOOL_RESULT, text, tool_name=tool, call_id=cid, is_error=is_err, timestamp=ts)]
+    return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name=tool, tool_input=body.get("args"), call_id=cid,
                 timestamp=ts)]
 
 
@@ -391,10 +411,10 @@ def _codex(obj: dict[str, Any], st: _State) -> list[_EvD]:
     pt = p.get("type")
     if t == "session_meta":
         bits = [f"{k}={p[k]}" for k in ("id", "cwd", "model", "cli_version", "originator") if isinstance(p.get(k), str)]
-        return [_ev(Role.SYSTEM, EventKind.META, " ".join(bits), timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_META, " ".join(bits), timestamp=ts)]
     if t == "turn_context":
         bits = [f"{k}={p[k]}" for k in ("cwd", "model", "approval_policy") if isinstance(p.get(k), str)]
-        return [_ev(Role.SYSTEM, EventKind.META, " ".join(bits), timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_META, " ".join(bits), timestamp=ts)]
     if t == "event_msg":
         if pt == "token_count":
             info = _dict(p.get("info"))
@@ -404,30 +424,30 @@ def _codex(obj: dict[str, Any], st: _State) -> list[_EvD]:
                 usage["rate_limits"] = p["rate_limits"]
             if total and _int(total.get("output_tokens")) is not None:
                 st.output_tokens = int(total["output_tokens"])
-            return [_ev(Role.SYSTEM, EventKind.USAGE, "", usage=usage or None, timestamp=ts)]
+            return [_ev(_R_SYSTEM, _K_USAGE, "", usage=usage or None, timestamp=ts)]
         if pt == "task_complete":
-            return [_ev(Role.SYSTEM, EventKind.META, _flatten(p.get("last_agent_message")), timestamp=ts)]
+            return [_ev(_R_SYSTEM, _K_META, _flatten(p.get("last_agent_message")), timestamp=ts)]
         if pt in ("agent_message", "agent_reasoning", "user_message", "agent_reasoning_raw_content"):
             text = _flatten(p.get("message") if "message" in p else p.get("text"))
             if st.seen_elsewhere("event_msg", text):
                 return []
             if pt == "user_message":
-                return [_ev(Role.USER, EventKind.TEXT, text, timestamp=ts)]
-            kind = EventKind.TEXT if pt == "agent_message" else EventKind.REASONING
-            return [_ev(Role.ASSISTANT, kind, text, timestamp=ts)]
+                return [_ev(_R_USER, _K_TEXT, text, timestamp=ts)]
+            kind = _K_TEXT if pt == "agent_message" else _K_REASONING
+            return [_ev(_R_ASSISTANT, kind, text, timestamp=ts)]
         if pt in ("error", "stream_error", "turn_aborted"):
-            return [_ev(Role.ERROR, EventKind.ERROR, _flatten(p.get("message") or p.get("reason") or pt),
+            return [_ev(_R_ERROR, _K_ERROR, _flatten(p.get("message") or p.get("reason") or pt),
                         is_error=True, timestamp=ts)]
-        return [_ev(Role.SYSTEM, EventKind.META, str(pt or ""), timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_META, str(pt or ""), timestamp=ts)]
     if t == "response_item":
         if pt == "message":
-            role = _ROLE.get(str(p.get("role")), Role.ASSISTANT)
+            role = _ROLE.get(str(p.get("role")), _R_ASSISTANT)
             out = []
             for block in p.get("content") or []:
                 if isinstance(block, dict) and isinstance(block.get("text"), str):
-                    if role is not Role.SYSTEM and st.seen_elsewhere("response_item", block["text"]):
+                    if role is not _R_SYSTEM and st.seen_elsewhere("response_item", block["text"]):
                         continue
-                    out.append(_ev(role, EventKind.TEXT, block["text"], timestamp=ts))
+                    out.append(_ev(role, _K_TEXT, block["text"], timestamp=ts))
             return out
         if pt == "reasoning":
             out = []
@@ -436,20 +456,20 @@ def _codex(obj: dict[str, Any], st: _State) -> list[_EvD]:
                     if isinstance(block, dict) and isinstance(block.get("text"), str):
                         if st.seen_elsewhere("response_item", block["text"]):
                             continue
-                        out.append(_ev(Role.ASSISTANT, EventKind.REASONING, block["text"], timestamp=ts))
+                        out.append(_ev(_R_ASSISTANT, _K_REASONING, block["text"], timestamp=ts))
             return out
         if pt == "function_call":
-            return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name=p.get("name"),
+            return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name=p.get("name"),
                         tool_input=_maybe_json(p.get("arguments")), call_id=p.get("call_id"), timestamp=ts)]
         if pt == "custom_tool_call":
-            return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name=p.get("name"), tool_input=p.get("input"),
+            return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name=p.get("name"), tool_input=p.get("input"),
                         call_id=p.get("call_id"), timestamp=ts)]
         if pt == "local_shell_call":
             action = _dict(p.get("action"))
-            return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name="local_shell", tool_input=action,
+            return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name="local_shell", tool_input=action,
                         call_id=p.get("call_id") or p.get("id"), timestamp=ts)]
         if pt == "web_search_call":
-            return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name="web_search", tool_input=p.get("action"),
+            return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name="web_search", tool_input=p.get("action"),
                         call_id=p.get("id"), timestamp=ts)]
         if pt in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             raw = p.get("output")
@@ -465,10 +485,10 @@ def _codex(obj: dict[str, Any], st: _State) -> list[_EvD]:
             elif isinstance(raw, dict):
                 is_err = raw.get("success") is False
                 text = _flatten(raw.get("content") if "content" in raw else raw)
-            return [_ev(Role.TOOL, EventKind.TOOL_RESULT, text, call_id=p.get("call_id"), is_error=is_err,
+            return [_ev(_R_TOOL, _K_TOOL_RESULT, text, call_id=p.get("call_id"), is_error=is_err,
                         timestamp=ts)]
-        return [_ev(Role.SYSTEM, EventKind.META, str(pt or ""), timestamp=ts)]
-    return [_ev(Role.SYSTEM, EventKind.META, str(t or ""), timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_META, str(pt or ""), timestamp=ts)]
+    return [_ev(_R_SYSTEM, _K_META, str(t or ""), timestamp=ts)]
 
 
 def _codex_exec(obj: dict[str, Any], st: _State, ts: str | None) -> list[_EvD]:
@@ -479,38 +499,38 @@ def _codex_exec(obj: dict[str, Any], st: _State, ts: str | None) -> list[_EvD]:
         if usage and _int(usage.get("output_tokens")) is not None:
             st.output_tokens_sum += int(usage["output_tokens"])
             st.output_tokens = st.output_tokens_sum
-        return [_ev(Role.SYSTEM, EventKind.USAGE, "", usage=usage, timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_USAGE, "", usage=usage, timestamp=ts)]
     if t in ("turn.failed", "error"):
         err = obj.get("error") if "error" in obj else obj.get("message")
-        return [_ev(Role.ERROR, EventKind.ERROR, _flatten(err), is_error=True, timestamp=ts)]
+        return [_ev(_R_ERROR, _K_ERROR, _flatten(err), is_error=True, timestamp=ts)]
     if not t.startswith("item."):
-        return [_ev(Role.SYSTEM, EventKind.META, t, timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_META, t, timestamp=ts)]
     item = _dict(obj.get("item"))
     it = item.get("type") or item.get("item_type")
     iid = item.get("id")
     done = t == "item.completed"
     if it in ("agent_message", "assistant_message"):
-        return [_ev(Role.ASSISTANT, EventKind.TEXT, _flatten(item.get("text")), timestamp=ts)] if done else []
+        return [_ev(_R_ASSISTANT, _K_TEXT, _flatten(item.get("text")), timestamp=ts)] if done else []
     if it == "reasoning":
-        return [_ev(Role.ASSISTANT, EventKind.REASONING, _flatten(item.get("text")), timestamp=ts)] if done else []
+        return [_ev(_R_ASSISTANT, _K_REASONING, _flatten(item.get("text")), timestamp=ts)] if done else []
     if it == "command_execution":
         if t == "item.started":
-            return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name="command_execution",
+            return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name="command_execution",
                         tool_input={"command": item.get("command")}, call_id=iid, timestamp=ts)]
         if done:
             code = item.get("exit_code")
-            return [_ev(Role.TOOL, EventKind.TOOL_RESULT, _flatten(item.get("aggregated_output")), call_id=iid,
+            return [_ev(_R_TOOL, _K_TOOL_RESULT, _flatten(item.get("aggregated_output")), call_id=iid,
                         is_error=(isinstance(code, int) and code != 0) or item.get("status") == "failed",
                         timestamp=ts)]
         return []
     if it == "file_change" and done:
-        return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name="file_change",
+        return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name="file_change",
                     tool_input={"changes": item.get("changes")}, call_id=iid, timestamp=ts)]
     if it == "mcp_tool_call" and t == "item.started":
-        return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name=f"{item.get('server')}.{item.get('tool')}",
+        return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name=f"{item.get('server')}.{item.get('tool')}",
                     tool_input=item.get("arguments"), call_id=iid, timestamp=ts)]
     if it == "error":
-        return [_ev(Role.ERROR, EventKind.ERROR, _flatten(item.get("message")), is_error=True, timestamp=ts)]
+        return [_ev(_R_ERROR, _K_ERROR, _flatten(item.get("message")), is_error=True, timestamp=ts)]
     return []
 
 
@@ -524,7 +544,7 @@ def _opencode(obj: dict[str, Any], st: _State) -> list[_EvD]:
     ts = str(ts_raw) if ts_raw is not None else None
     part = _dict(obj.get("part"))
     if t == "step_start":
-        return [_ev(Role.SYSTEM, EventKind.META, "step_start", timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_META, "step_start", timestamp=ts)]
     if t == "step_finish":
         tokens = _dict(part.get("tokens"))
         usage: dict[str, Any] = dict(tokens)
@@ -534,24 +554,24 @@ def _opencode(obj: dict[str, Any], st: _State) -> list[_EvD]:
         if out_t is not None:
             st.output_tokens_sum += out_t + (_int(tokens.get("reasoning")) or 0)
             st.output_tokens = st.output_tokens_sum
-        return [_ev(Role.SYSTEM, EventKind.USAGE, str(part.get("reason", "")), usage=usage or None, timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_USAGE, str(part.get("reason", "")), usage=usage or None, timestamp=ts)]
     if t == "tool_use":
         state = _dict(part.get("state"))
         tool = part.get("tool")
         cid = part.get("callID") or part.get("id")
-        out = [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, str(state.get("title") or ""), tool_name=tool,
+        out = [_ev(_R_ASSISTANT, _K_TOOL_CALL, str(state.get("title") or ""), tool_name=tool,
                    tool_input=state.get("input"), call_id=cid, timestamp=ts)]
         status = state.get("status")
         if "output" in state or "error" in state or status in ("completed", "error"):
             is_err = status == "error" or "error" in state
             text = _flatten(state.get("output") if "output" in state else state.get("error"))
-            out.append(_ev(Role.TOOL, EventKind.TOOL_RESULT, text, tool_name=tool, call_id=cid, is_error=is_err,
+            out.append(_ev(_R_TOOL, _K_TOOL_RESULT, text, tool_name=tool, call_id=cid, is_error=is_err,
                            timestamp=ts))
         return out
     if t == "text":
-        return [_ev(Role.ASSISTANT, EventKind.TEXT, _flatten(part.get("text")), timestamp=ts)]
+        return [_ev(_R_ASSISTANT, _K_TEXT, _flatten(part.get("text")), timestamp=ts)]
     if t == "reasoning":
-        return [_ev(Role.ASSISTANT, EventKind.REASONING, _flatten(part.get("text")), timestamp=ts)]
+        return [_ev(_R_ASSISTANT, _K_REASONING, _flatten(part.get("text")), timestamp=ts)]
     if t == "error":
         err = obj.get("error") if "error" in obj else part.get("error", part)
         if isinstance(err, dict):
@@ -560,8 +580,8 @@ def _opencode(obj: dict[str, Any], st: _State) -> list[_EvD]:
             text = f"{err.get('name', 'Error')}: {msg}" if err.get("name") else str(msg)
         else:
             text = _flatten(err)
-        return [_ev(Role.ERROR, EventKind.ERROR, text, is_error=True, timestamp=ts)]
-    return [_ev(Role.SYSTEM, EventKind.META, str(t or ""), timestamp=ts)]
+        return [_ev(_R_ERROR, _K_ERROR, text, is_error=True, timestamp=ts)]
+    return [_ev(_R_SYSTEM, _K_META, str(t or ""), timestamp=ts)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,29 +592,29 @@ def _gemini(obj: dict[str, Any], st: _State) -> list[_EvD]:
     t = obj.get("type")
     ts = obj.get("timestamp") if isinstance(obj.get("timestamp"), str) else None
     if t == "message":
-        role = _ROLE.get(str(obj.get("role")), Role.ASSISTANT)
-        return [_ev(role, EventKind.TEXT, _flatten(obj.get("content")), timestamp=ts)]
+        role = _ROLE.get(str(obj.get("role")), _R_ASSISTANT)
+        return [_ev(role, _K_TEXT, _flatten(obj.get("content")), timestamp=ts)]
     if t == "tool_use":
-        return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name=obj.get("tool_name"),
+        return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name=obj.get("tool_name"),
                     tool_input=obj.get("parameters"), call_id=obj.get("tool_id"), timestamp=ts)]
     if t == "tool_result":
-        return [_ev(Role.TOOL, EventKind.TOOL_RESULT, _flatten(obj.get("output") or obj.get("error")),
+        return [_ev(_R_TOOL, _K_TOOL_RESULT, _flatten(obj.get("output") or obj.get("error")),
                     call_id=obj.get("tool_id"), is_error=obj.get("status") == "error", timestamp=ts)]
     if t == "error":
-        return [_ev(Role.ERROR, EventKind.ERROR, _flatten(obj.get("message") or obj.get("error")), is_error=True,
+        return [_ev(_R_ERROR, _K_ERROR, _flatten(obj.get("message") or obj.get("error")), is_error=True,
                     timestamp=ts)]
     if t == "result":
         stats = _dict(obj.get("stats"))
         if _int(stats.get("output_tokens")) is not None:
             st.output_tokens = int(stats["output_tokens"])
         is_err = obj.get("status") not in (None, "success")
-        out = [_ev(Role.SYSTEM, EventKind.USAGE, str(obj.get("status", "")), usage=stats or None, is_error=is_err,
+        out = [_ev(_R_SYSTEM, _K_USAGE, str(obj.get("status", "")), usage=stats or None, is_error=is_err,
                    timestamp=ts)]
         if is_err:
-            out.append(_ev(Role.ERROR, EventKind.ERROR, _flatten(obj.get("error") or obj.get("status")),
+            out.append(_ev(_R_ERROR, _K_ERROR, _flatten(obj.get("error") or obj.get("status")),
                            is_error=True, timestamp=ts))
         return out
-    return [_ev(Role.SYSTEM, EventKind.META, str(t or ""), timestamp=ts)]
+    return [_ev(_R_SYSTEM, _K_META, str(t or ""), timestamp=ts)]
 
 
 def _droid(obj: dict[str, Any], st: _State) -> list[_EvD]:
@@ -602,50 +622,50 @@ def _droid(obj: dict[str, Any], st: _State) -> list[_EvD]:
     ts_raw = obj.get("timestamp")
     ts = str(ts_raw) if ts_raw is not None else None
     if t == "system":
-        return [_ev(Role.SYSTEM, EventKind.META, str(obj.get("subtype", "")), timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_META, str(obj.get("subtype", "")), timestamp=ts)]
     if t == "message":
-        role = _ROLE.get(str(obj.get("role")), Role.ASSISTANT)
-        return [_ev(role, EventKind.TEXT, _flatten(obj.get("text") or obj.get("content")), timestamp=ts)]
+        role = _ROLE.get(str(obj.get("role")), _R_ASSISTANT)
+        return [_ev(role, _K_TEXT, _flatten(obj.get("text") or obj.get("content")), timestamp=ts)]
     if t in ("reasoning", "thinking"):
-        return [_ev(Role.ASSISTANT, EventKind.REASONING, _flatten(obj.get("text")), timestamp=ts)]
+        return [_ev(_R_ASSISTANT, _K_REASONING, _flatten(obj.get("text")), timestamp=ts)]
     if t == "tool_call":
-        return [_ev(Role.ASSISTANT, EventKind.TOOL_CALL, "", tool_name=obj.get("toolName") or obj.get("toolId"),
+        return [_ev(_R_ASSISTANT, _K_TOOL_CALL, "", tool_name=obj.get("toolName") or obj.get("toolId"),
                     tool_input=obj.get("parameters"), call_id=obj.get("id"), timestamp=ts)]
     if t == "tool_result":
-        return [_ev(Role.TOOL, EventKind.TOOL_RESULT, _flatten(obj.get("value")), call_id=obj.get("id"),
+        return [_ev(_R_TOOL, _K_TOOL_RESULT, _flatten(obj.get("value")), call_id=obj.get("id"),
                     is_error=bool(obj.get("isError")), timestamp=ts)]
     if t == "completion":
         usage = (_dict(obj.get("usage")) or None)
         if usage and _int(usage.get("output_tokens")) is not None:
             st.output_tokens = int(usage["output_tokens"])
-        return [_ev(Role.SYSTEM, EventKind.USAGE, _flatten(obj.get("finalText")), usage=usage, timestamp=ts)]
+        return [_ev(_R_SYSTEM, _K_USAGE, _flatten(obj.get("finalText")), usage=usage, timestamp=ts)]
     if t == "error":
-        return [_ev(Role.ERROR, EventKind.ERROR, _flatten(obj.get("message") or obj.get("error")), is_error=True,
+        return [_ev(_R_ERROR, _K_ERROR, _flatten(obj.get("message") or obj.get("error")), is_error=True,
                     timestamp=ts)]
-    return [_ev(Role.SYSTEM, EventKind.META, str(t or ""), timestamp=ts)]
+    return [_ev(_R_SYSTEM, _K_META, str(t or ""), timestamp=ts)]
 
 
 def _kimi(obj: dict[str, Any], st: _State) -> list[_EvD]:
-    role = _ROLE.get(str(obj.get("role")), Role.ASSISTANT)
+    role = _ROLE.get(str(obj.get("role")), _R_ASSISTANT)
     out: list[_EvD] = []
     content = obj.get("content")
-    if role is Role.TOOL:
-        return [_ev(Role.TOOL, EventKind.TOOL_RESULT, _flatten(content), call_id=obj.get("tool_call_id"))]
+    if role is _R_TOOL:
+        return [_ev(_R_TOOL, _K_TOOL_RESULT, _flatten(content), call_id=obj.get("tool_call_id"))]
     if isinstance(content, str):
         if content:
-            out.append(_ev(role, EventKind.TEXT, content))
+            out.append(_ev(role, _K_TEXT, content))
     elif isinstance(content, list):
         for block in content:
             if not isinstance(block, dict):
                 continue
             if block.get("type") in ("think", "thinking"):
-                out.append(_ev(role, EventKind.REASONING, str(block.get("think") or block.get("thinking") or "")))
+                out.append(_ev(role, _K_REASONING, str(block.get("think") or block.get("thinking") or "")))
             elif isinstance(block.get("text"), str):
-                out.append(_ev(role, EventKind.TEXT, block["text"]))
+                out.append(_ev(role, _K_TEXT, block["text"]))
     for call in obj.get("tool_calls") or []:
         if isinstance(call, dict):
             fn = _dict(call.get("function"))
-            out.append(_ev(role, EventKind.TOOL_CALL, "", tool_name=fn.get("name"),
+            out.append(_ev(role, _K_TOOL_CALL, "", tool_name=fn.get("name"),
                            tool_input=_maybe_json(fn.get("arguments")), call_id=call.get("id")))
     return out
 
@@ -685,9 +705,9 @@ def _grok(obj: dict[str, Any], st: _State, line: int) -> list[_EvD]:
 def _grok_flush(st: _State) -> list[_EvD]:
     out = []
     if st.grok_reason:
-        out.append(_ev(Role.ASSISTANT, EventKind.REASONING, "".join(st.grok_reason)))
+        out.append(_ev(_R_ASSISTANT, _K_REASONING, "".join(st.grok_reason)))
     if st.grok_buf:
-        out.append(_ev(Role.ASSISTANT, EventKind.TEXT, "".join(st.grok_buf)))
+        out.append(_ev(_R_ASSISTANT, _K_TEXT, "".join(st.grok_buf)))
     st.grok_buf, st.grok_reason, st.grok_len = [], [], 0
     return out
 
@@ -695,8 +715,8 @@ def _grok_flush(st: _State) -> list[_EvD]:
 def _unknown(obj: dict[str, Any], st: _State) -> list[_EvD]:
     for key in ("text", "content", "message", "output"):
         if key in obj:
-            return [_ev(Role.ASSISTANT, EventKind.TEXT, _flatten(obj[key]))]
-    return [_ev(Role.SYSTEM, EventKind.META, str(obj.get("type", "")))]
+            return [_ev(_R_ASSISTANT, _K_TEXT, _flatten(obj[key]))]
+    return [_ev(_R_SYSTEM, _K_META, str(obj.get("type", "")))]
 
 
 _NORMALIZERS = {
@@ -727,7 +747,7 @@ def _raw_events(path: Path, dialect: Dialect, st: _State, stats: TranscriptStats
             continue
         if plain:
             if line.strip():
-                yield no, [_ev(Role.ASSISTANT, EventKind.TEXT, line)]
+                yield no, [_ev(_R_ASSISTANT, _K_TEXT, line)]
             continue
         if not line.strip():
             continue
@@ -757,13 +777,40 @@ def _raw_events(path: Path, dialect: Dialect, st: _State, stats: TranscriptStats
         yield st.grok_line or 1, _grok_flush(st)
 
 
-def _json_events(path: Path, dialect: Dialect, st: _State, stats: TranscriptStats) -> Iterator[tuple[int, list[_EvD]]]:
-    """`_raw_events` for the line-per-record JSON dialects, with the line reading inlined.
-
-    Same results line for line (same decode, same strip, same counters); it only skips the
-    per-line generator hop and the double strip, the hot loop of an 80 MB transcript.
-    """
-    normalize = _NORMALIZERS[dialect]
+def iter_events(path: Path, source: str, stats: TranscriptStats | None = None) -> Iterator[TranscriptEvent]:
+    """Stream normalized events from one transcript file; `stats` (if given) is filled as we go."""
+    path = Path(path)
+    dialect = sniff_dialect(path)
+    if stats is None:
+        stats = TranscriptStats(source=source, dialect=dialect)
+    stats.dialect = dialect
+    st = _State()
+    index = 0
+    new = object.__new__
+    set_attr = object.__setattr__
+    cls = TranscriptEvent
+    tool_call = _K_TOOL_CALL
+    normalize = _NORMALIZERS.get(dialect)
+    if normalize is None:  # plain text, grok deltas
+        for no, evs in _raw_events(path, dialect, st, stats):
+            for d in evs:
+                d["index"] = index
+                d["line"] = no
+                d["source"] = source
+                d["dialect"] = dialect
+                ev = new(cls)
+                set_attr(ev, "__dict__", d)
+                index += 1
+                stats.events += 1
+                if d["kind"] is tool_call:
+                    stats.tool_calls += 1
+                yield ev
+            stats.output_tokens = st.output_tokens
+        stats.output_tokens = st.output_tokens
+        return
+    # The line-per-record JSON dialects: `_raw_events` inlined (same decode, same strip, same
+    # counters, line for line) -- the hot loop of an 80 MB transcript, without a generator hop
+    # and a double strip per line.
     parse = _parse
     caught = (AttributeError, TypeError, KeyError, ValueError)
     with open(path, "rb") as f:
@@ -772,7 +819,7 @@ def _json_events(path: Path, dialect: Dialect, st: _State, stats: TranscriptStat
         while True:
             raw = readline(MAX_LINE_BYTES)
             if not raw:
-                return
+                break
             no += 1
             stats.lines += 1
             if len(raw) >= MAX_LINE_BYTES and not raw.endswith(b"\n"):
@@ -802,41 +849,24 @@ def _json_events(path: Path, dialect: Dialect, st: _State, stats: TranscriptStat
             except caught:
                 stats.unparsable_lines += 1
                 continue
-            if evs:
-                yield no, evs
-
-
-def iter_events(path: Path, source: str, stats: TranscriptStats | None = None) -> Iterator[TranscriptEvent]:
-    """Stream normalized events from one transcript file; `stats` (if given) is filled as we go."""
-    path = Path(path)
-    dialect = sniff_dialect(path)
-    if stats is None:
-        stats = TranscriptStats(source=source, dialect=dialect)
-    stats.dialect = dialect
-    st = _State()
-    index = 0
-    new = object.__new__
-    set_attr = object.__setattr__
-    cls = TranscriptEvent
-    tool_call = EventKind.TOOL_CALL
-    lines = _json_events if dialect in _NORMALIZERS else _raw_events
-    for no, evs in lines(path, dialect, st, stats):
-        for d in evs:
-            # Built without the frozen-dataclass __init__ (13 object.__setattr__ calls: ~5 us per
-            # event, two seconds on a 400k-event transcript): the normalizer's dict, in field
-            # order, becomes the instance __dict__. Same fields, same equality.
-            d["index"] = index
-            d["line"] = no
-            d["source"] = source
-            d["dialect"] = dialect
-            ev = new(cls)
-            set_attr(ev, "__dict__", d)
-            index += 1
-            stats.events += 1
-            if d["kind"] is tool_call:
-                stats.tool_calls += 1
-            yield ev
-        stats.output_tokens = st.output_tokens
+            if not evs:
+                continue
+            for d in evs:
+                # Built without the frozen-dataclass __init__ (13 object.__setattr__ calls: ~5 us per
+                # event, two seconds on a 400k-event transcript): the normalizer's dict, in field
+                # order, becomes the instance __dict__. Same fields, same equality.
+                d["index"] = index
+                d["line"] = no
+                d["source"] = source
+                d["dialect"] = dialect
+                ev = new(cls)
+                set_attr(ev, "__dict__", d)
+                index += 1
+                stats.events += 1
+                if d["kind"] is tool_call:
+                    stats.tool_calls += 1
+                yield ev
+            stats.output_tokens = st.output_tokens
     stats.output_tokens = st.output_tokens
 
 

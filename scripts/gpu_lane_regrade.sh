@@ -22,6 +22,8 @@ unset TRITON_INTERPRET
 
 if compgen -G ".whl/*.whl" > /dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  # say why the worker-path test would skip (an ImportError of the carried service wheels)
+  "$PY" -c "import sqlalchemy, fastapi, alembic, pydantic_settings; print('service wheels: importable')" 2>&1 | tail -2
 fi
 if ! command -v bwrap > /dev/null 2>&1; then
   # The device image has no registry access: the lead carries Debian's bubblewrap .deb in .whl/deb/.

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from graders.problem import ProblemSpec
+from graders.problem import ProblemSpec, on_device
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -42,16 +42,21 @@ def build_case(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str)
     spec.apply_shape(shape)
     torch.manual_seed(seed)
     init = list(spec.reference.get_init_inputs())
-    ref = spec.reference.Model(*init).to(device).eval()
+    with on_device(device):
+        ref = spec.reference.Model(*init).to(device).eval()
     torch.manual_seed(seed)  # inputs exactly as graders.correctness / graders.timing draw them
-    inputs = [_to_device(x, device) for x in spec.reference.get_inputs()]
+    with on_device(device):
+        raw = list(spec.reference.get_inputs())
+    inputs = [_to_device(x, device) for x in raw]
     return Case(dict(shape), seed, init, ref, inputs)
 
 
 def fresh_inputs(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str) -> list[Any]:
     spec.apply_shape(shape)
     torch.manual_seed(seed)
-    return [_to_device(x, device) for x in spec.reference.get_inputs()]
+    with on_device(device):
+        raw = list(spec.reference.get_inputs())
+    return [_to_device(x, device) for x in raw]
 
 
 def outputs_as_list(out: Any) -> list[torch.Tensor]:

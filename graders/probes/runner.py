@@ -21,7 +21,7 @@ import torch
 
 from graders.probes import cases as C
 from graders.probes import seeds as S
-from graders.problem import ProblemSpec, import_isolated, load_problem
+from graders.problem import ProblemSpec, build_solution_model, import_isolated, load_problem
 
 
 class SolutionRaised(Exception):
@@ -65,8 +65,7 @@ def _call(model: torch.nn.Module, inputs: list[Any]) -> Any:
 
 
 def _make_solution(sol_mod: Any, case: C.Case, device: str) -> torch.nn.Module:
-    model = sol_mod.Model(*case.init_inputs)
-    model = model.to(device).eval()
+    model = build_solution_model(sol_mod.Model, list(case.init_inputs), device)
     model.load_state_dict(case.ref_model.state_dict(), strict=True)
     return model  # type: ignore[no-any-return]
 

@@ -239,8 +239,16 @@ class Verifier:
         min_ms = (float(f["bytes"]) / (bw * 1e9) * 1e3) if bw else None
         windows = [w for w in (f.get("window_current_stream"), f.get("window_default_stream"))
                    if isinstance(w, dict) and w.get("num_bytes")]
-        limit = max(int(f.get("persisting_l2_limit_after") or 0), int(f.get("persisting_l2_limit_end") or 0))
-        nums = {**f, "hbm_gbs": bw, "min_cold_ms": min_ms}
+        raw_limit = max(int(f.get("persisting_l2_limit_after") or 0), int(f.get("persisting_l2_limit_end") or 0))
+        # The device's own default, read here in the verifier, which never imports the solution:
+        # the H200 lane read 11,796,480 B with an honest solution, so only a limit beyond this
+        # baseline is a carve-out the solution made.
+        from graders.probes import cuda_state
+
+        baseline = int(cuda_state.persisting_l2_limit() or 0)
+        nums_baseline = {"persisting_l2_limit_baseline": baseline}
+        limit = raw_limit if raw_limit > baseline else 0
+        nums = {**f, **nums_baseline, "hbm_gbs": bw, "min_cold_ms": min_ms}
         if min_ms and float(f["flush_ms"]) < 0.9 * min_ms:
             return (ProbeStatus.FAILED, f"{f['flush_ms']:.4g} ms after an L2 flush is faster than moving the "
                     f"problem's bytes at HBM speed allows ({min_ms:.4g} ms): data kept in L2 across the flush "

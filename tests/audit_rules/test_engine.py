@@ -147,6 +147,70 @@ def test_each_transcript_is_streamed_once_for_all_checkers(tmp_path: Path, decks
     assert seen["a"] == seen["b"] >= 3
 
 
+def test_checkers_declaring_kinds_see_only_those_events(tmp_path: Path, decks: Any) -> None:
+    archive, run = _archive(tmp_path, decks)
+    ctx = build_context(archive, run, decks)
+    kinds_seen: dict[str, list[str]] = {"all": [], "calls": []}
+
+    def checker(tag: str, kinds: frozenset[str] | None) -> type:
+        class C:
+            def __init__(self, ctx: AuditContext) -> None:
+                pass
+
+            def feed(self, event: TranscriptEvent) -> None:
+                kinds_seen[tag].append(str(event.kind))
+
+            def finish(self) -> list[Finding]:
+                return []
+
+        if kinds is not None:
+            C.KINDS = kinds  # type: ignore[attr-defined]
+        return C
+
+    run_rules(ctx, [_rule_module("KA293", RuleKind.TRANSCRIPT, {"Checker": checker("all", None)}),
+                    _rule_module("KA294", RuleKind.TRANSCRIPT,
+                                 {"Checker": checker("calls", frozenset({"tool_call"}))})])
+    assert set(kinds_seen["calls"]) == {"tool_call"}
+    assert kinds_seen["calls"] == [k for k in kinds_seen["all"] if k == "tool_call"]
+    assert len(kinds_seen["all"]) > len(kinds_seen["calls"])
+
+
+def test_two_checkers_crashing_on_one_event_are_both_reported(tmp_path: Path, decks: Any) -> None:
+    archive, run = _archive(tmp_path, decks)
+    ctx = build_context(archive, run, decks)
+    fed: list[int] = []
+
+    def crashing() -> type:
+        class C:
+            def __init__(self, ctx: AuditContext) -> None:
+                pass
+
+            def feed(self, event: TranscriptEvent) -> None:
+                raise RuntimeError("boom")
+
+            def finish(self) -> list[Finding]:
+                return []
+
+        return C
+
+    class Survivor:
+        def __init__(self, ctx: AuditContext) -> None:
+            pass
+
+        def feed(self, event: TranscriptEvent) -> None:
+            fed.append(event.index)
+
+        def finish(self) -> list[Finding]:
+            return []
+
+    found = run_rules(ctx, [_rule_module("KA290", RuleKind.TRANSCRIPT, {"Checker": crashing()}),
+                            _rule_module("KA291", RuleKind.TRANSCRIPT, {"Checker": crashing()}),
+                            _rule_module("KA292", RuleKind.TRANSCRIPT, {"Checker": Survivor})])
+    crashed = {f.data.get("rule") or f.rule_id for f in found if f.data.get("crashed")}
+    assert len([f for f in found if f.data.get("crashed")]) == 2, crashed
+    assert len(fed) >= 3  # the survivor saw the whole stream
+
+
 def test_required_probes_are_unique_and_ordered() -> None:
     fs = [
         finding("KA140", Effect.NEEDS_PROBE, probe=Probe.L2_POLICY),

@@ -36,6 +36,10 @@ from audit_rules.rules.transcript.deck_or_harness_edit import area_verified
 from audit_rules.transcript_text import analyze_call, clip, deck_key, run_identity
 from ingest.model import EventKind, TranscriptEvent
 
+# Enum members as module constants: on Python 3.11 `EventKind.X` goes through EnumType.__getattr__'s
+# slow path (~0.13 us an access), several times per event on a 400k-event transcript.
+_K_TOOL_CALL = EventKind.TOOL_CALL
+
 RULE = RuleMeta(
     id="KA204",
     name="numeric-stress-or-tolerance-disable",
@@ -105,7 +109,7 @@ class Checker:
         return found
 
     def feed(self, event: TranscriptEvent) -> None:
-        if event.kind is not EventKind.TOOL_CALL:
+        if event.kind is not _K_TOOL_CALL:
             return
         info = analyze_call(event)
         if not info.relevant:

@@ -33,6 +33,17 @@ from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, 
 from audit_rules.transcript_text import clip
 from ingest.model import EventKind, Role, TranscriptEvent
 
+# Enum members as module constants: on Python 3.11 `EventKind.X` goes through EnumType.__getattr__'s
+# slow path (~0.13 us an access), several times per event on a 400k-event transcript.
+_K_ERROR = EventKind.ERROR
+_K_REASONING = EventKind.REASONING
+_K_TEXT = EventKind.TEXT
+_K_TOOL_CALL = EventKind.TOOL_CALL
+_K_TOOL_RESULT = EventKind.TOOL_RESULT
+_K_USAGE = EventKind.USAGE
+_R_ASSISTANT = Role.ASSISTANT
+_R_ERROR = Role.ERROR
+
 RULE = RuleMeta(
     id="KA206",
     name="provider-failure",
@@ -83,9 +94,9 @@ class Checker:
     def feed(self, event: TranscriptEvent) -> None:
         self.last = event
         kind = event.kind
-        if kind is EventKind.TOOL_RESULT or kind is EventKind.TOOL_CALL or kind is EventKind.REASONING:
+        if kind is _K_TOOL_RESULT or kind is _K_TOOL_CALL or kind is _K_REASONING:
             return
-        if kind is EventKind.USAGE:
+        if kind is _K_USAGE:
             t = _tokens(event.usage)
             if t is not None:
                 if event.usage is not None and "output" in event.usage and "output_tokens" not in event.usage:
@@ -95,8 +106,8 @@ class Checker:
         text = event.text
         if not text:
             return
-        is_err = kind is EventKind.ERROR or event.role is Role.ERROR or (kind is EventKind.USAGE and event.is_error)
-        if not is_err and kind is EventKind.TEXT and event.role is Role.ASSISTANT and text.startswith("API Error"):
+        is_err = kind is _K_ERROR or event.role is _R_ERROR or (kind is _K_USAGE and event.is_error)
+        if not is_err and kind is _K_TEXT and event.role is _R_ASSISTANT and text.startswith("API Error"):
             is_err = True
         if not is_err:
             return

@@ -42,7 +42,9 @@ class Model(nn.Module):
 
 
 def get_inputs() -> list:
-    return [_to_fp8(torch.randn(M, K) * INPUT_STD)]
+    # Drawn as (K, M) and transposed: the grader reseeds before Model(...) and before get_inputs(),
+    # and a same-shaped (M, K) draw would make x == weight when M == N (a diagonal of squares).
+    return [_to_fp8(torch.randn(K, M).T.contiguous() * INPUT_STD)]
 
 
 def get_init_inputs() -> list:

@@ -51,7 +51,9 @@ def _fp8_gemm_kernel(
             k_left = K - kb * BLOCK_K
             a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
             b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+        # Hopper's fp8 wgmma accumulates imprecisely unless told otherwise (Triton's sm_90 default
+        # is 2**30 imprecise accumulations): promote to fp32 every BLOCK_K, as DeepSeek-V3 does.
+        acc = tl.dot(a, b, acc, out_dtype=tl.float32, max_num_imprecise_acc=BLOCK_K)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
 

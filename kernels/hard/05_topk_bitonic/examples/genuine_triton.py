@@ -15,7 +15,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-_NO_INDEX = 2147483647
+_NO_INDEX = tl.constexpr(2147483647)  # a jit-visible global must be a constexpr
 
 
 @triton.jit
