@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +58,23 @@ def check_exit_code(lines: Sequence[str]) -> int:
     return 0 if ok else 1
 
 
+def _log_emitter() -> tuple[list[str], Callable[[str], None]]:
+    """Collected log lines and an emitter that also prints them.
+
+    stdout's write/flush are bound before the solution is imported: rebinding builtins.print or
+    sys.stdout cannot swallow the grader's lines.
+    """
+    lines: list[str] = []
+    write, flush = sys.stdout.write, sys.stdout.flush
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        write(line + "\n")
+        flush()
+
+    return lines, emit
+
+
 def check_main(
     solution: str | Path,
     problem: str | Path,
@@ -73,16 +90,7 @@ def check_main(
     shape_set = shapes or ("all" if dev.startswith("cuda") else "small")
     from graders.correctness import run_check
 
-    lines: list[str] = []
-    # Bound before the solution is imported: rebinding builtins.print or sys.stdout cannot
-    # swallow the grader's lines.
-    stream = sys.stdout
-    write, flush = stream.write, stream.flush
-
-    def emit(line: str) -> None:
-        lines.append(line)
-        write(line + "\n")
-        flush()
+    lines, emit = _log_emitter()
 
     try:
         problem_dir = resolve_problem(problem, deck, deck_root)
@@ -109,16 +117,7 @@ def bench_main(
     shape_set = shapes or ("all" if dev.startswith("cuda") else "small")
     from graders.timing import run_benchmark
 
-    lines: list[str] = []
-    # Bound before the solution is imported: rebinding builtins.print or sys.stdout cannot
-    # swallow the grader's lines.
-    stream = sys.stdout
-    write, flush = stream.write, stream.flush
-
-    def emit(line: str) -> None:
-        lines.append(line)
-        write(line + "\n")
-        flush()
+    lines, emit = _log_emitter()
 
     code = 1
     try:
