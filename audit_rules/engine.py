@@ -240,7 +240,7 @@ def required_probes(findings: Sequence[Finding]) -> list[Probe]:
 def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[str, Any]:
     """Facts the report's summary and provenance sections print (kept on the verdict)."""
     archive, run = ctx.archive, ctx.run
-    sources = sorted(p for p in archive.files if p == "solution.py" or p.startswith("scratch/"))
+    sources = (["solution.py"] if archive.has("solution.py") else []) + list(run.sidecars)
     framework: str | None = None
     evidence: list[str] = []
     try:

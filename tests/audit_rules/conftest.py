@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus.build import problem_of, synthesized_result, tar_tree, write_json
+from tests.corpus.build import (
+    DECK_COPY_NAME,
+    DECK_FILES,
+    DECK_ROOT,
+    problem_of,
+    synthesized_result,
+    tar_tree,
+    write_json,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PY_SUFFIXES = frozenset({".py"})
@@ -103,12 +111,65 @@ def markers_in_file(path: Path, archive_path: str) -> set[Firing]:
     return found
 
 
+# deck_copy.txt areas: where a run archive carries the deck's files of one problem.
+DECK_COPY_AREAS = ("template_files", "repo/problems")
+
+
+@dataclass(frozen=True)
+class DeckCopy:
+    """A directory entry's `deck_copy.txt`: `<problem> <area> [<area> ...]`.
+
+    The harness copies the CURRENT bundled deck files of `problem` (kernels/hard/<problem>/,
+    the DECK_FILES that exist) into each area before overlaying the entry's own files, so an
+    entry only carries the deck files it changes. Areas: `template_files` (-> template_files/)
+    and `repo/problems` (-> repo/problems/<problem>/). Blank lines and `#` comments are ignored.
+    """
+
+    problem: str
+    areas: tuple[str, ...]
+
+    def area_dirs(self) -> list[str]:
+        return ["template_files" if a == "template_files" else f"repo/problems/{self.problem}" for a in self.areas]
+
+
+def read_deck_copy(entry_dir: Path) -> DeckCopy | None:
+    """Parse `<entry_dir>/deck_copy.txt` (None when the entry has none); ValueError when malformed."""
+    path = entry_dir / DECK_COPY_NAME
+    if not path.is_file():
+        return None
+    lines = [raw.strip() for raw in path.read_text(encoding="utf-8").splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    if len(lines) != 1 or len(lines[0].split()) < 2:
+        raise ValueError(f"{path}: expected one line `<problem> <area> [<area> ...]`, got {lines!r}")
+    problem, *areas = lines[0].split()
+    unknown = [a for a in areas if a not in DECK_COPY_AREAS]
+    if unknown or len(set(areas)) != len(areas):
+        raise ValueError(f"{path}: areas must be distinct, from {DECK_COPY_AREAS}; got {areas!r}")
+    if not (DECK_ROOT / problem).is_dir():
+        raise ValueError(f"{path}: no bundled deck {problem!r} under {DECK_ROOT}")
+    return DeckCopy(problem, tuple(areas))
+
+
+def apply_deck_copy(decl: DeckCopy, tree: Path) -> None:
+    """Copy the bundled deck files of `decl.problem` into each declared area of `tree`."""
+    src = DECK_ROOT / decl.problem
+    for area in decl.area_dirs():
+        dest = tree / area
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in DECK_FILES:
+            if (src / name).is_file():
+                shutil.copyfile(src / name, dest / name)
+
+
 def materialize(entry: FixtureEntry, dest: Path) -> MaterializedEntry:
     """Lay the entry out as a run folder under `dest`; collect the expected firings."""
     tree = dest / "tree"
     src = entry.path
     if src.is_dir():
-        shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__"))
+        decl = read_deck_copy(src)
+        if decl is not None:  # deck first, then the entry's own files on top (its edits win)
+            apply_deck_copy(decl, tree)
+        shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", DECK_COPY_NAME), dirs_exist_ok=True)
     else:
         tree.mkdir(parents=True)
         suffix = src.suffix.lower()
@@ -150,4 +211,13 @@ def decks():  # type: ignore[no-untyped-def]
     return bundled_decks()
 
 
-__all__ = ["FixtureEntry", "MaterializedEntry", "discover_entries", "materialize", "tar_tree"]
+__all__ = [
+    "DeckCopy",
+    "FixtureEntry",
+    "MaterializedEntry",
+    "apply_deck_copy",
+    "discover_entries",
+    "materialize",
+    "read_deck_copy",
+    "tar_tree",
+]

@@ -21,7 +21,8 @@ DECK_ROOT = REPO / "kernels" / "hard"
 DEFAULT_PROBLEM = "01_fp8_gemm"
 DECK_FILES = ("PROMPT.txt", "problem.yaml", "reference.py", "check.py", "benchmark.py", "shapes.py", "sota.py")
 _PROBLEM_DIRECTIVE = re.compile(r"^\s*#\s*problem:\s*(\S+)")
-SKIP_NAMES = frozenset({"expect.txt", "expected.json", "__pycache__", "README.md"})
+DECK_COPY_NAME = "deck_copy.txt"  # rule-fixture declaration (tests/audit_rules/conftest.py), never archived
+SKIP_NAMES = frozenset({"expect.txt", "expected.json", "__pycache__", "README.md", DECK_COPY_NAME})
 
 
 def tar_tree(tree: Path, out: Path, top: str = "run", *, exclude: frozenset[str] = SKIP_NAMES) -> Path:
