@@ -30,6 +30,7 @@ import yaml
 from audit_rules import kaudit_version
 from audit_rules.base import AuditContext, Effect, Finding, Probe, ProblemInfo, RuleKind, Severity
 from audit_rules.registry import RULES, meta_of
+from audit_rules.report import run_facts
 from audit_rules.source_model import build_submission
 from audit_rules.synthesis import dedup_findings, sort_findings, synthesize
 from audit_rules.verdicts import VerdictResult
@@ -240,7 +241,6 @@ def required_probes(findings: Sequence[Finding]) -> list[Probe]:
 def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[str, Any]:
     """Facts the report's summary and provenance sections print (kept on the verdict)."""
     archive, run = ctx.archive, ctx.run
-    sources = (["solution.py"] if archive.has("solution.py") else []) + list(run.sidecars)
     framework: str | None = None
     evidence: list[str] = []
     try:
@@ -261,6 +261,7 @@ def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[
     kernels = getattr(sub, "triton", None)
     native = getattr(sub, "native", None)
     return {
+        **run_facts(run),
         "archive_sha256": archive.archive_sha256,
         "archive_size": archive.archive_size,
         "archive_format": archive.archive_format,
@@ -273,18 +274,6 @@ def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[
         "framework_evidence": evidence[:6],
         "triton_kernels": len(kernels) if isinstance(kernels, list | tuple) else None,
         "native_sources": len(native) if isinstance(native, list | tuple) else None,
-        "sources": sources[:40],
-        "transcripts": [
-            {"source": t.source, "dialect": str(t.dialect), "events": t.events, "unparsable": t.unparsable_lines,
-             "tool_calls": t.tool_calls, "output_tokens": t.output_tokens}
-            for t in run.transcripts
-        ],
-        "template": {
-            "status": run.template.status.value if run.template else None,
-            "deck": run.template.deck if run.template else None,
-            "areas": list(run.template.checked_areas) if run.template else [],
-            "diffs": [f"{d.area}/{d.path}:{d.change}" for d in run.template.diffs[:20]] if run.template else [],
-        },
         "rules_run": len(RULES),
         "rules_crashed": sorted({f.rule_id for f in findings if f.data.get("crashed")}),
         "kaudit_version": kaudit_version(),

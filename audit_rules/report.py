@@ -38,22 +38,33 @@ FIELDS = (
 )
 
 
-def facts(run: ParsedRun, v: VerdictResult) -> dict[str, Any]:
-    """The verdict's audit context, completed from the parsed run where a stored verdict lacks it."""
-    ctx: dict[str, Any] = {
-        "deck": run.template.deck if run.template else None,
+def run_facts(run: ParsedRun) -> dict[str, Any]:
+    """What the parsed run alone says for the report: deck, transcripts, template integrity, sources.
+
+    The engine stores these (plus its own facts) on the verdict; `facts` rebuilds them for a
+    stored verdict that lacks them.
+    """
+    t = run.template
+    return {
+        "deck": t.deck if t else None,
         "transcripts": [
-            {"source": t.source, "dialect": str(t.dialect), "events": t.events, "tool_calls": t.tool_calls}
-            for t in run.transcripts
+            {"source": s.source, "dialect": str(s.dialect), "events": s.events, "unparsable": s.unparsable_lines,
+             "tool_calls": s.tool_calls, "output_tokens": s.output_tokens}
+            for s in run.transcripts
         ],
         "template": {
-            "status": run.template.status.value if run.template else None,
-            "deck": run.template.deck if run.template else None,
-            "areas": list(run.template.checked_areas) if run.template else [],
-            "diffs": [f"{d.area}/{d.path}:{d.change}" for d in run.template.diffs[:20]] if run.template else [],
+            "status": t.status.value if t else None,
+            "deck": t.deck if t else None,
+            "areas": list(t.checked_areas) if t else [],
+            "diffs": [f"{d.area}/{d.path}:{d.change}" for d in t.diffs[:20]] if t else [],
         },
-        "sources": ([run.solution_path] if run.solution_path else []) + list(run.sidecars),
+        "sources": (([run.solution_path] if run.solution_path else []) + list(run.sidecars))[:40],
     }
+
+
+def facts(run: ParsedRun, v: VerdictResult) -> dict[str, Any]:
+    """The verdict's audit context, completed from the parsed run where a stored verdict lacks it."""
+    ctx = run_facts(run)
     rules = v.producer_detail.rsplit("rules=", 1)
     if len(rules) == 2 and rules[1].strip().isdigit():
         ctx["rules_run"] = int(rules[1].strip())

@@ -117,7 +117,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         if module.in_main_guard(call):
             continue
         qn = q or ""
-        reader = qn in _READERS or qn.endswith((".load_file",)) or (qn == "open" and True)
+        reader = qn in _READERS or qn.endswith((".load_file",)) or qn == "open"
         if not reader:
             continue
         path = _path_of(sub, module, func, call)
