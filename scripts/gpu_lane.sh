@@ -6,8 +6,8 @@
 #
 # Sections (each under its own time budget so one hang cannot eat the device's 10-minute command cap):
 #   1. host facts (nvidia-smi, versions)
-#   2. every GPU-marked test of the graders and the deck: pytest -m gpu tests/graders tests/kernels
-#      (paths that never import the service: no fastapi/sqlalchemy on the image)
+#   2. every GPU-marked test of the graders and the deck (tests/graders tests/kernels: paths that
+#      never import the service): correctness tests 4 at a time, then `timing` tests alone
 #   3. kaudit bench of each genuine example at full shapes (benchmark.log lines)
 #   4. bench/timing_validation.py: kaudit's median vs triton.testing.do_bench (cold cache)
 #   5. scripts/gpu_lane_regrade.sh when present (the regrade engineer's end-to-end regrades)
@@ -28,8 +28,9 @@ mkdir -p "$OUT"
 LOG="$OUT/gpu-lane.txt"
 PY="${PYTHON:-python3}"
 T_TESTS="${GPU_LANE_TEST_TIMEOUT:-330}"
+T_TIMING="${GPU_LANE_TIMING_TIMEOUT:-200}"
 T_BENCH="${GPU_LANE_BENCH_TIMEOUT:-60}"
-T_VALID="${GPU_LANE_VALIDATION_TIMEOUT:-90}"
+T_VALID="${GPU_LANE_VALIDATION_TIMEOUT:-150}"
 SECTIONS=" ${GPU_LANE_SECTIONS:-host tests bench valid regrade} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 
@@ -52,11 +53,21 @@ EOF
   fi
 
   if want tests; then
-  section "pytest -m gpu (graders + deck)"
   # GPU_LANE_TEST_PATHS narrows the set when a device call's time is short.
+  # Correctness tests measure nothing: they run GPU_LANE_WORKERS at a time (pytest-xdist, on the
+  # image) to fit the device's 10-minute call. Tests marked `timing` then run alone, one by one.
+  # The do_bench agreement test is the `valid` section's script; with that section selected the
+  # test is not run twice.
+  section "pytest -m 'gpu and not timing' -n ${GPU_LANE_WORKERS:-4} (graders + deck: correctness)"
   # shellcheck disable=SC2086
-  timeout -k 10 "$T_TESTS" "$PY" -m pytest -m gpu -q -p no:cacheprovider -rA --durations=15 \
-      ${GPU_LANE_TEST_PATHS:-tests/graders tests/kernels} || status=1
+  timeout -k 10 "$T_TESTS" "$PY" -m pytest -m "gpu and not timing" -n "${GPU_LANE_WORKERS:-4}" -q \
+      -p no:cacheprovider -rA --durations=20 ${GPU_LANE_TEST_PATHS:-tests/graders tests/kernels} || status=1
+  section "pytest -m 'gpu and timing' (alone, sequential)"
+  local kexpr=""
+  want valid && kexpr="not do_bench"
+  # shellcheck disable=SC2086
+  timeout -k 10 "$T_TIMING" "$PY" -m pytest -m "gpu and timing" ${kexpr:+-k "$kexpr"} -q -p no:cacheprovider \
+      -rA --durations=10 ${GPU_LANE_TEST_PATHS:-tests/graders tests/kernels} || status=1
   fi
 
   if want bench; then

@@ -70,6 +70,7 @@ def test_broken_example_fails_on_cuda(example: Path) -> None:
     assert not log.passed and log.failure is not None
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("example", GENUINE, ids=_id)
 def test_genuine_example_benchmarks(example: Path) -> None:
     lines: list[str] = []
@@ -83,6 +84,7 @@ def test_genuine_example_benchmarks(example: Path) -> None:
         assert all(s.plausible for s in out.shapes), [s for s in out.shapes if not s.plausible]
 
 
+@pytest.mark.timing
 def test_persisting_l2_limit_is_forced_to_zero() -> None:
     timer = ColdL2Timer()
     lib = timer.l2.lib
@@ -99,6 +101,7 @@ def test_persisting_l2_limit_is_forced_to_zero() -> None:
     assert timer.flush_bytes >= 2 * (torch.cuda.get_device_properties(0).L2_cache_size or 0)
 
 
+@pytest.mark.timing
 def test_work_escaping_to_another_stream_is_flagged() -> None:
     """A call that launches its work on a side stream and returns: events see nothing."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -117,6 +120,7 @@ def test_work_escaping_to_another_stream_is_flagged() -> None:
     assert stats.median_ms > 0.5 * honest.median_ms
 
 
+@pytest.mark.timing
 def test_timer_agrees_with_do_bench() -> None:
     path = REPO / "bench" / "timing_validation.py"
     spec = importlib.util.spec_from_file_location("kaudit_timing_validation", path)
