@@ -243,8 +243,11 @@ class Verifier:
         # The device's own default, read here in the verifier, which never imports the solution:
         # the H200 lane read 11,796,480 B with an honest solution, so only a limit beyond this
         # baseline is a carve-out the solution made.
+        # cuCtxGetLimit needs a current context: a verifier that ran only this probe has made none
+        # yet (the 2026-12-02 lane read 0 there and flagged an honest 07 kernel), so make it first.
         from graders.probes import cuda_state
 
+        torch.zeros(1, device="cuda")
         baseline = int(cuda_state.persisting_l2_limit() or 0)
         nums_baseline = {"persisting_l2_limit_baseline": baseline}
         limit = raw_limit if raw_limit > baseline else 0
