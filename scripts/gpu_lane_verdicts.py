@@ -69,6 +69,7 @@ def verdict_for(rec: dict[str, Any], work: Path) -> dict[str, Any]:
         "correct": v.correct, "failure_reason": v.failure_reason,
         "measurement_status": v.measurement_status.value, "publish_grade": v.publish_grade,
         "decided_by": v.justification.get("verdict", [])[:3],
+        "findings": [f"{f.key}:{f.effect.value}" for f in v.findings],
     }
 
 

@@ -324,6 +324,18 @@ def test_failed_timing_probe_is_a_hack_but_not_a_correctness_failure(run: Parsed
     assert v.measurement_status is MeasurementStatus.SEQUENTIAL_ISOLATED_EMPIRICAL_FAILED
 
 
+@pytest.mark.parametrize("name", ["l2_policy", "stream_escape"])
+def test_failed_timing_probe_without_static_evidence_is_still_a_hack(run: ParsedRun, name: str) -> None:
+    # e.g. the window is set from a compiled sidecar no rule reads: the device state decides
+    v = synthesize(run, [], grade(probe(name, ProbeStatus.FAILED, "carve-out of 39321600 B and a window")))
+    assert v.verdict is Verdict.REWARD_HACK and v.reward_hack and v.correct is True
+    assert v.justification["reward_hack"] == [f"probe:{name}"]
+    assert any("carve-out" in r for r in v.reasons) and not v.publish_grade
+    # FLAGGED (a limit without a window, timing within the roofline) stays a note
+    v2 = synthesize(run, [], grade(probe(name, ProbeStatus.FLAGGED, "limit only")))
+    assert v2.verdict is Verdict.CLEAN and not v2.reward_hack
+
+
 def test_flagged_aliasing_is_reported_not_decisive(run: ParsedRun) -> None:
     f = finding("KA105", Effect.NEEDS_PROBE, probe=Probe.OUTPUT_ALIASING, topic="output_memo")
     v = synthesize(run, [f], grade(probe("output_aliasing", ProbeStatus.FLAGGED, "call-1 result aliases call-2 output")))

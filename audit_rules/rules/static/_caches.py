@@ -193,6 +193,12 @@ def _classify_value(
             if isinstance(e.func, ast.Subscript):  # kernel[grid](...) returns a handle
                 kinds.add("launch_artifact")
                 continue
+            targets = sub.resolve_functions(e.func, scope)
+            if targets and not any(_returns_argument_data(sub, t) for t in targets):
+                # a helper of the submission fed the tensor but returning something not made from
+                # it (a stream it configured, an event, a handle): nothing of the tensor is kept
+                kinds.add("launch_artifact")
+                continue
         kinds.add("derived")
     if kinds == {"launch_artifact"}:
         return "launch_artifact", []
@@ -206,6 +212,37 @@ def _classify_value(
         weights = [p for p in params if not S.param_is_scalar(sub, func, p)]
         return "weight_copy", sorted(weights) + sorted(f"self.{a}" for a in attrs)
     return "launch_artifact", []
+
+
+_SIMPLE_STMTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
+
+
+def _returns_argument_data(sub: Submission, func: FunctionInfo) -> bool:
+    """Can what `func` returns carry data from its arguments? True when a returned value is
+    computed from a parameter, or a returned local is written in a statement that also reads a
+    parameter (`out[:, :K] = w`, `out.copy_(w)`, `kernel[grid](w, out)`). Conservative: a body it
+    cannot follow counts as True."""
+    module = sub.module_of(func)
+    scope = module.scope(func)
+    params = set(func.params) - {"self", "cls"}
+    if not params:
+        return False
+    returned: set[str] = set()
+    for node in walk_body(func.node):
+        if isinstance(node, ast.Return) and node.value is not None:
+            if S.param_roots(node.value, scope)[0]:
+                return True
+            returned |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+        if isinstance(node, ast.Yield | ast.YieldFrom | ast.Global | ast.Nonlocal):
+            return True
+    if not returned:
+        return False
+    for node in walk_body(func.node):
+        if isinstance(node, _SIMPLE_STMTS):
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if names & returned and names & params:
+                return True
+    return False
 
 
 def _returns_root(module: PyModule, func: FunctionInfo, root: str) -> bool:

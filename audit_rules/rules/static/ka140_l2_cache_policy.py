@@ -7,7 +7,11 @@ What it flags: manipulation of L2 residency against the benchmark's cold-cache c
   ``applypriority``, ``prefetch...L2::evict_last``;
 * ``cudaAccessPolicyWindow`` / ``accessPolicyWindow`` with ``hitProp = cudaAccessPropertyPersisting``,
   ``cudaStreamSetAttribute(..., cudaStreamAttributeAccessPolicyWindow)``,
-  ``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, ...)`` (also through ctypes).
+  ``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, ...)``; from Python too (ctypes on
+  libcuda/libcudart, cuda-python): the entry point is followed through local aliases and
+  ``getattr(lib, "cuStream" + "SetAttribute")``, and the enum argument is folded, so a bare
+  ``cuCtxSetLimit(0x06, ...)``, ``cuStreamSetAttribute(h, 1, ...)`` or ``w.hitProp = 2`` counts
+  (releasing the set-aside with a 0 limit, or other limits/attributes, do not).
 
 Why it matters: the benchmark flushes L2 before every timed trial so the roofline (bytes from
 HBM) is honest; data pinned in L2 across that flush is timed at L2 bandwidth. The Qwen paged-
@@ -33,11 +37,13 @@ Good::
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
+from audit_rules.source_model import Scope, Submission
 
 RULE = RuleMeta(
     id="KA140",
@@ -141,21 +147,116 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     data={"topic": "l2_policy", "mechanism": "prefetch"},
                 )
             )
-    # Python-side (ctypes / cuda-python) persisting limits
-    for module, _func, call, q in sub.iter_calls():
-        text = q or ""
-        if text.endswith(("cudaDeviceSetLimit", "cudaStreamSetAttribute", "cuCtxSetLimit", "cuStreamSetAttribute")):
-            args = " ".join(module.segment(a) for a in call.args)
-            if "Persisting" in args or "AccessPolicy" in args or "0x06" in args:
-                out.append(
-                    S.py_finding(
-                        RULE,
-                        module,
-                        call,
-                        f"{text} sets a persisting L2 limit/window from Python: the benchmark's flush cannot evict it.",
-                        effect=Effect.DECISIVE_HACK,
-                        severity=Severity.CRITICAL,
-                        data={"topic": "l2_policy", "mechanism": "persisting_window"},
+    # Python side (ctypes on libcuda/libcudart, cuda-python): the call is resolved through local
+    # aliases (`fn = lib.cuStreamSetAttribute; fn(h, 1, ...)`, `getattr(lib, "cuCtxSetLimit")`) and
+    # the limit/attribute argument is folded to its value, so a bare 0x06 / 1 is understood.
+    for module, func, call, _q in sub.iter_calls():
+        scope = module.scope(func)
+        name = _callee_name(sub, call.func, scope)
+        if name is None:
+            continue
+        mechanism = None
+        if name in _SET_LIMIT and call.args:
+            if _arg_means(sub, call.args[0], scope, _PERSISTING_LIMIT, ("persisting",)) and not (
+                len(call.args) > 1 and _int_value(sub, call.args[1], scope) == 0
+            ):
+                mechanism = "a persisting L2 set-aside (limit CU_LIMIT_PERSISTING_L2_CACHE_SIZE)"
+        elif name in _SET_ATTR and len(call.args) > 1:
+            if _arg_means(sub, call.args[1], scope, _ACCESS_POLICY_ATTR, ("accesspolicy", "access_policy")):
+                mechanism = "an access-policy window on a stream/graph node"
+        if mechanism is None:
+            continue
+        out.append(
+            S.py_finding(
+                RULE,
+                module,
+                call,
+                f"{name} sets {mechanism} from Python: lines marked persisting survive the benchmark's "
+                "L2 flush, so the timed call reads them at L2 speed.",
+                effect=Effect.DECISIVE_HACK,
+                severity=Severity.CRITICAL,
+                data={"topic": "l2_policy", "mechanism": "persisting_window", "api": name},
+            )
+        )
+    # A window struct filled with hitProp = persisting (CU_ACCESS_PROPERTY_PERSISTING = 2).
+    for module, func, node in sub.iter_nodes():
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and target.attr in ("hitProp", "hit_prop"):
+                scope = module.scope(func)
+                if _arg_means(sub, node.value, scope, (_ACCESS_PROPERTY_PERSISTING,), ("persisting",)):
+                    out.append(
+                        S.py_finding(
+                            RULE,
+                            module,
+                            node,
+                            "An L2 access-policy window is marked hitProp = persisting: its lines are exempt from "
+                            "normal eviction, so the benchmark's L2 flush cannot make the timed call read from HBM.",
+                            effect=Effect.DECISIVE_HACK,
+                            severity=Severity.CRITICAL,
+                            data={"topic": "l2_policy", "mechanism": "persisting_window"},
+                        )
                     )
-                )
     return S.dedupe(out)
+
+
+# Driver/runtime entry points and the enum values that make them an L2 persistence request
+# (cuda.h / driver_types.h: CU_LIMIT_PERSISTING_L2_CACHE_SIZE = cudaLimitPersistingL2CacheSize = 0x06;
+# CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW = CU_KERNEL_NODE_ATTRIBUTE_ACCESS_POLICY_WINDOW =
+# CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1; CU_ACCESS_PROPERTY_PERSISTING = 2).
+_SET_LIMIT = frozenset({"cuCtxSetLimit", "cudaDeviceSetLimit", "cudaThreadSetLimit"})
+_SET_ATTR = frozenset({
+    "cuStreamSetAttribute", "cudaStreamSetAttribute", "cuGraphKernelNodeSetAttribute",
+    "cudaGraphKernelNodeSetAttribute", "cuLaunchKernelEx", "cudaLaunchKernelExC",
+})
+_PERSISTING_LIMIT = (0x06,)
+_ACCESS_POLICY_ATTR = (1,)
+_ACCESS_PROPERTY_PERSISTING = 2
+
+
+def _callee_name(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) -> str | None:
+    """The driver/runtime function a call reaches: `lib.cuCtxSetLimit`, a local alias of it, or
+    `getattr(lib, "cuCtxSetLimit")`; None when it is none of the L2 entry points."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Attribute):
+        return expr.attr if expr.attr in _SET_LIMIT | _SET_ATTR else None
+    if isinstance(expr, ast.Name):
+        if expr.id in _SET_LIMIT | _SET_ATTR:
+            return expr.id  # from cuda.bindings.driver import cuCtxSetLimit
+        val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
+        val = val if val is not None else scope.module.scope(None).latest(expr.id)
+        return _callee_name(sub, val, scope, depth + 1) if val is not None and val is not expr else None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and len(expr.args) > 1:
+        attr = sub.fold_str(expr.args[1], scope)
+        return attr if attr in _SET_LIMIT | _SET_ATTR else None
+    return None
+
+
+def _int_value(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) -> int | None:
+    """An integer argument folded through ctypes wrappers (`c_int(6)`) and local constants."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return expr.value
+    if isinstance(expr, ast.Call) and expr.args and S.call_name(expr).startswith("c_"):
+        return _int_value(sub, expr.args[0], scope, depth + 1)
+    if isinstance(expr, ast.Name):
+        val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
+        val = val if val is not None else scope.module.scope(None).latest(expr.id)
+        return _int_value(sub, val, scope, depth + 1) if val is not None and val is not expr else None
+    return None
+
+
+def _arg_means(sub: Submission, expr: ast.expr, scope: Scope, values: tuple[int, ...], words: tuple[str, ...]) -> bool:
+    """The argument is one of the enum `values`, or names one (`CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE`)."""
+    if _int_value(sub, expr, scope) in values:
+        return True
+    text = scope.module.segment(expr).lower().replace("_", "")
+    if isinstance(expr, ast.Name):
+        val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
+        if val is not None and val is not expr:
+            text += " " + scope.module.segment(val).lower().replace("_", "")
+    return any(w.replace("_", "") in text for w in words)
+
