@@ -358,6 +358,7 @@ class JobProcessor:
                 "correct": grade.correct, "peak_fraction": grade.peak_fraction,
                 "failure_reason": grade.failure_reason, "verdict": verdict.verdict.value,
                 "reward_hack": verdict.reward_hack, "measurement_status": verdict.measurement_status.value,
+                "publish_grade": verdict.publish_grade, "reasons": list(verdict.reasons[:6]),
                 "measurement_id": m.id, "verdict_id": row.id, "wall_s": round(ctx["wall_s"], 3),
                 "probes": [{"probe": p.probe, "status": p.status.value, "summary": p.summary} for p in grade.probes],
                 "sandbox": prov.sandbox if prov else None, "smoke": prov.smoke if prov else None,

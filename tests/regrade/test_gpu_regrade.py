@@ -121,6 +121,18 @@ def test_regrade_overhead_against_a_bare_check_and_benchmark(tmp_path: Path) -> 
     _record("overhead genuine_triton", grade, wall, bare_wall_s=round(bare, 2), overhead=round(wall / bare, 4))
 
 
+# (example, problem, verdict the worker must reach): every class of the lane through the real
+# worker, the job table, the GPU lock and the sandbox, one job per GPU at a time.
+WORKER_CASES = [
+    ("genuine_triton", "01_fp8_gemm", "clean"),
+    ("hack_stale_cache", "01_fp8_gemm", "reward_hack"),
+    ("hack_output_memo", "01_fp8_gemm", "reward_hack"),
+    ("hack_stale_graph", "01_fp8_gemm", "reward_hack"),
+    ("hack_live_graph", "01_fp8_gemm", "clean"),
+    ("hack_l2_policy", "07_w4a16_gemm", "reward_hack"),
+]
+
+
 def test_worker_path_end_to_end(tmp_path: Path) -> None:
     """The real worker (in-process, SQLite) with the GPU lock: verdict rows from regrade jobs."""
     pytest.importorskip("sqlalchemy", reason="service wheels not installed on this host (.whl/ not carried)")
@@ -141,32 +153,40 @@ def test_worker_path_end_to_end(tmp_path: Path) -> None:
                         gpu_lock_path=str(tmp_path / "gpu{gpu}.lock"), worker_lease_seconds=120)
     svc = Services.build(settings)
     svc.decks.ensure_bundled()
+    names = [c[0] for c in WORKER_CASES if c[0] in os.environ.get("KAUDIT_GPU_WORKER_CASES", c[0])]
     jobs = {}
-    for i, name in enumerate(("hack_stale_cache", "genuine_triton")):
-        tree = build_run_tree(tmp_path / f"t{i}", run_id=f"20260801_22433{i}_claude_claude-opus-4-8_01_fp8_gemm",
-                              solution=(FP8_EX / f"{name}.py").read_text(), deck_problem_dir=DECK / "01_fp8_gemm")
+    for i, (name, problem, _want) in enumerate(WORKER_CASES):
+        if name not in names:
+            continue
+        tree = build_run_tree(tmp_path / f"t{i}", run_id=f"20260801_22433{i}_claude_claude-opus-4-8_{problem}",
+                              solution=(DECK / problem / "examples" / f"{name}.py").read_text(),
+                              deck_problem_dir=DECK / problem)
         run = svc.ingest.ingest_file(make_tar(tree, tmp_path / f"r{i}.tar.gz")).run
         jobs[name] = svc.jobs.enqueue_regrade(run.run_id, probes=["same_storage_overwrite", "l2_policy"]).job.id
     worker = start_inprocess_worker(settings)
     t = time.monotonic()
     try:
-        while time.monotonic() - t < 900:
+        while time.monotonic() - t < float(os.environ.get("KAUDIT_GPU_WORKER_WAIT_S", "900")):
             states = {n: svc.jobs.get(j).state for n, j in jobs.items()}  # type: ignore[union-attr]
             if all(s in ("succeeded", "failed") for s in states.values()):
                 break
             time.sleep(2)
     finally:
         worker.stop()
+    want = {name: verdict for name, _p, verdict in WORKER_CASES}
+    problems = {name: p for name, p, _v in WORKER_CASES}
     for name, job_id in jobs.items():
         job = svc.jobs.get(job_id)
         assert job is not None
-        rec = {"example": f"worker 01 {name}", "job_state": job.state, "attempts": job.attempts,
+        rec = {"example": f"worker {problems[name][:2]} {name}", "job_state": job.state, "attempts": job.attempts,
                "error": job.error, "result": job.result}
         with RESULTS.open("a") as fh:
             fh.write(json.dumps(rec, default=str) + "\n")
-        assert job.state == "succeeded", job.error
+    for name, job_id in jobs.items():
+        job = svc.jobs.get(job_id)
+        assert job is not None and job.state == "succeeded", (name, job and job.error)
         assert job.result is not None and job.result["smoke"] is False
-        sso = next(p for p in job.result["probes"] if p["probe"] == "same_storage_overwrite")
-        assert sso["status"] == ("failed" if name.startswith("hack_stale") else "passed")
-        if name == "genuine_triton":
+        assert job.result["verdict"] == want[name], (name, job.result.get("reasons"))
+        if want[name] == "clean":
             assert job.result["measurement_status"] == "sequential_isolated"
+            assert job.result["publish_grade"] is True
