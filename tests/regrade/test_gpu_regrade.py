@@ -158,7 +158,7 @@ def test_worker_path_end_to_end(tmp_path: Path) -> None:
     for i, (name, problem, _want) in enumerate(WORKER_CASES):
         if name not in names:
             continue
-        tree = build_run_tree(tmp_path / f"t{i}", run_id=f"20260801_22433{i}_claude_claude-opus-4-8_{problem}",
+        tree = build_run_tree(tmp_path / f"t{i}", run_id=f"20260801_22433{i}_claude_claude-opus-4-8_{problem}", problem=problem,
                               solution=(DECK / problem / "examples" / f"{name}.py").read_text(),
                               deck_problem_dir=DECK / problem)
         run = svc.ingest.ingest_file(make_tar(tree, tmp_path / f"r{i}.tar.gz")).run
