@@ -548,8 +548,11 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
         reasons.append(
             "probes still required: " + ", ".join(sorted({f.probe.value for f in pending if f.probe is not None}))
         )
+    contended_notes: list[tuple[int, Finding]] = []
     for f in findings:
         if f.effect is Effect.ADVISORY:
+            if f.data.get("measurement_status") == MeasurementStatus.IN_RUN_CONTENDED.value:
+                contended_notes.append((len(reasons), f))
             reasons.append(f"advisory {f.rule_id} {f.rule_name}: {f.explanation}")
     for name, oc in outcomes.items():
         for r in oc.results:
@@ -561,6 +564,12 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
     # --- measurement and metric ---------------------------------------------------------------
     status, metric, mjust = _measurement(run, grade, findings, empirical_failed or timing_failed)
     just["measurement_status"] = mjust
+    if status in (MeasurementStatus.SEQUENTIAL_ISOLATED, MeasurementStatus.SEQUENTIAL_ISOLATED_EMPIRICAL_FAILED):
+        # The archive's contended in-run figure is superseded by this isolated regrade: say so
+        # instead of repeating the rule's "no isolated regrade supersedes it".
+        for i, f in contended_notes:
+            reasons[i] = (f"{f.rule_id} {f.rule_name}: the in-run figure was measured under GPU contention; "
+                          f"superseded by the {status.value} measurement and kept as provenance")
     if correct is False and metric is not None and metric.value is not None:
         metric.superseded.append({"value": metric.value, "source": metric.source, "withheld": "correct is false"})
         metric.value = None

@@ -336,6 +336,17 @@ def test_failed_timing_probe_without_static_evidence_is_still_a_hack(run: Parsed
     assert v2.verdict is Verdict.CLEAN and not v2.reward_hack
 
 
+def test_contended_advisory_reads_as_superseded_after_an_isolated_regrade(run: ParsedRun) -> None:
+    contended = finding("KA315", Effect.ADVISORY, file=None, name="contended-measurement",
+                        measurement_status="in_run_contended")
+    before = synthesize(run, [contended], None)
+    assert any("contended-measurement fired" in r for r in before.reasons)
+    after = synthesize(run, [contended], grade(probe("same_storage_overwrite", ProbeStatus.PASSED)))
+    assert after.measurement_status is MeasurementStatus.SEQUENTIAL_ISOLATED
+    assert not any("contended-measurement fired" in r for r in after.reasons)
+    assert any("superseded by the sequential_isolated measurement" in r for r in after.reasons)
+
+
 def test_flagged_aliasing_is_reported_not_decisive(run: ParsedRun) -> None:
     f = finding("KA105", Effect.NEEDS_PROBE, probe=Probe.OUTPUT_ALIASING, topic="output_memo")
     v = synthesize(run, [f], grade(probe("output_aliasing", ProbeStatus.FLAGGED, "call-1 result aliases call-2 output")))
