@@ -233,10 +233,12 @@ def render_markdown(run: ParsedRun, verdict: VerdictResult) -> str:
             f"lock wait {gp.get('lock_wait_s')} s, grader {gp.get('grader_version')}"
             + (", CPU smoke run (never publishable)" if gp.get("smoke") else "")
         )
-    rg = run.result.get("regrade")
-    if isinstance(rg, dict):
+    hr = run.harness_regrade()
+    if hr is not None:
+        rg = hr.record
         prov.append(
-            f"- result.json regrade: mode {rg.get('mode')}, host {rg.get('host')}, GPU {rg.get('gpu_name')}, at {rg.get('at')}"
+            f"- {hr.source} regrade: mode {rg.get('mode')}, host {rg.get('host')}, GPU {rg.get('gpu_name')}, "
+            f"at {rg.get('at')}, peak_fraction {hr.peak_fraction}"
         )
     prov.append(
         f"- audit: kaudit {ctx.get('kaudit_version', '?')}, {ctx.get('rules_run', '?')} rules"

@@ -104,7 +104,7 @@ from audit_rules.verdicts import (
     VerdictResult,
 )
 from graders.results import GradeResult, ProbeResult, ProbeStatus
-from ingest.model import IntegrityStatus, ParsedRun
+from ingest.model import HarnessRegrade, IntegrityStatus, ParsedRun
 
 EARLY_STOP_OUTPUT_TOKENS = 5000
 TRANSCRIPT_SOURCES = ("transcript.jsonl", "codex_session.jsonl")
@@ -182,11 +182,14 @@ def _output_tokens(run: ParsedRun) -> int | None:
     return sum(counted) if counted else None
 
 
-def _regrade_record(run: ParsedRun) -> dict[str, Any] | None:
-    rg = run.result.get("regrade")
-    if isinstance(rg, dict) and str(rg.get("mode", "")) == "sequential_isolated":
-        return rg
-    return None
+def _regrade_record(run: ParsedRun) -> HarnessRegrade | None:
+    """The harness's own sequential isolated regrade (result.json ``regrade`` or result.regrade.json)."""
+    hr = run.harness_regrade()
+    return hr if hr is not None and hr.isolated else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _probe_outcomes(grade: GradeResult | None) -> dict[str, _ProbeOutcome]:
@@ -226,8 +229,9 @@ def _correctness(run: ParsedRun, grade: GradeResult | None) -> _Correctness:
     correct = result.get("correct")
     raw_fr = result.get("failure_reason")
     fr = raw_fr if isinstance(raw_fr, str) else None
-    if _regrade_record(run) is not None and isinstance(correct, bool):
-        return _Correctness(correct, "result.regrade", fr, ["result.json:regrade.mode", "result.json:correct"])
+    hr = _regrade_record(run)
+    if hr is not None and isinstance(hr.correct, bool):
+        return _Correctness(hr.correct, "result.regrade", fr, [f"{hr.source}:regrade.mode", f"{hr.source}:correct"])
     if isinstance(correct, bool):
         return _Correctness(correct, "in_run", fr, ["result.json:correct"])
     if run.check_log is not None and getattr(run.check_log, "last_line", None):
@@ -642,12 +646,14 @@ def _measurement(
             figures.append({"value": grade.peak_fraction, "source": "regrade"})
     rg = _regrade_record(run)
     in_run = _in_run_fraction(run)
+    rg_value: float | None = None
     if rg is not None:
-        if in_run is not None:
-            figures.append({"value": in_run, "source": "result.regrade"})
-        contended = rg.get("contended")
-        if isinstance(contended, dict) and isinstance(contended.get("peak_fraction"), int | float):
-            figures.append({"value": float(contended["peak_fraction"]), "source": "in_run_contended"})
+        rg_value = _number(rg.peak_fraction) if rg.source == "result.regrade.json" else in_run
+        if rg_value is not None:
+            figures.append({"value": rg_value, "source": "result.regrade"})
+        contended_pf = _number((rg.contended or {}).get("peak_fraction"))
+        if contended_pf is not None:
+            figures.append({"value": contended_pf, "source": "in_run_contended"})
     elif in_run is not None:
         figures.append({"value": in_run, "source": "in_run"})
     if run.benchmark_contended_log is not None and getattr(run.benchmark_contended_log, "peak_fraction", None):
@@ -665,9 +671,9 @@ def _measurement(
     elif isolated_grade:
         status = MeasurementStatus.SEQUENTIAL_ISOLATED
         keys = ["grade:provenance"]
-    elif rg is not None and in_run is not None:
+    elif rg is not None and rg_value is not None:
         status = MeasurementStatus.SEQUENTIAL_ISOLATED
-        keys = ["result.json:regrade.mode=sequential_isolated"]
+        keys = [f"{rg.source}:regrade.mode=sequential_isolated"]
     elif in_run is not None:
         contended, ukeys = _contended_in_run(run, findings)
         if contended:

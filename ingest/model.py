@@ -243,3 +243,48 @@ class ParsedRun:
     template: TemplateIntegrity | None
     warnings: list[str] = field(default_factory=list)  # non-fatal oddities (e.g. unparsable lines)
     regrade_record: dict[str, Any] | None = None  # result.regrade.json when present (a JSON object)
+
+    def harness_regrade(self) -> HarnessRegrade | None:
+        """The harness's own regrade, wherever the archive records it.
+
+        result.json ``regrade`` (the spec's form: the top-level correct/peak_fraction were
+        overwritten by the regrade, the in-run figures sit under ``contended``) comes first; else a
+        separate ``result.regrade.json``. The separate record's own ``correct``/``peak_fraction``
+        are the regrade's when it has them, and then result.json's top level is still the in-run
+        (contended) claim; without them it reads like the embedded form.
+        """
+        embedded = self.result.get("regrade")
+        if isinstance(embedded, dict):
+            return HarnessRegrade(
+                "result.json", embedded, self.result.get("correct"), self.result.get("peak_fraction"),
+                embedded.get("contended") if isinstance(embedded.get("contended"), dict) else None,
+            )
+        rec = self.regrade_record
+        if not isinstance(rec, dict):
+            return None
+        own = "correct" in rec or "peak_fraction" in rec
+        contended = rec.get("contended") if isinstance(rec.get("contended"), dict) else None
+        if own and contended is None:
+            contended = {k: self.result[k] for k in ("correct", "peak_fraction", "check_exit_code",
+                                                      "benchmark_exit_code") if k in self.result}
+        return HarnessRegrade(
+            "result.regrade.json", rec,
+            rec.get("correct") if own else self.result.get("correct"),
+            rec.get("peak_fraction") if own else self.result.get("peak_fraction"),
+            contended,
+        )
+
+
+@dataclass
+class HarnessRegrade:
+    """A regrade the benchmark harness itself ran (before kaudit), as the archive records it."""
+
+    source: str  # "result.json" (the embedded regrade object) or "result.regrade.json"
+    record: dict[str, Any]  # at, host, gpu_index, gpu_name, mode, ...
+    correct: Any  # the regrade's correctness claim (bool when recorded)
+    peak_fraction: Any  # the regrade's figure
+    contended: dict[str, Any] | None  # the in-run figures it superseded
+
+    @property
+    def isolated(self) -> bool:
+        return str(self.record.get("mode", "")) == "sequential_isolated"

@@ -152,7 +152,9 @@ def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> Parsed
         harness=harness,
         model=model,
         reasoning_effort=reasoning_effort,
-        hardware=_hardware(result),
+        hardware=_hardware(result) or (
+            _str(regrade_record.get("gpu_name")) if isinstance(regrade_record, dict) else None
+        ),
         started_at=_str(result.get("started_at")),
         finished_at=_str(result.get("finished_at")),
         has_solution=solution_path is not None,

@@ -197,9 +197,10 @@ def in_run_measurements(parsed: ParsedRun) -> list[Measurement]:
     out: list[Measurement] = []
     bench = parsed.benchmark_log
     shapes = to_jsonable(getattr(bench, "shapes", None) or [])
-    regrade = r.get("regrade") if isinstance(r.get("regrade"), dict) else None
-    if regrade is not None:
-        contended = regrade.get("contended") if isinstance(regrade.get("contended"), dict) else {}
+    hr = parsed.harness_regrade()
+    if hr is not None:
+        regrade = hr.record
+        contended = hr.contended or {}
         c_bench = parsed.benchmark_contended_log
         out.append(
             Measurement(
@@ -208,7 +209,7 @@ def in_run_measurements(parsed: ParsedRun) -> list[Measurement]:
                 correct=_bool(contended.get("correct")),
                 peak_fraction=_num(contended.get("peak_fraction")),
                 shapes=to_jsonable(getattr(c_bench, "shapes", None) or []),
-                provenance={"from": "result.json regrade.contended", "contended": to_jsonable(contended)},
+                provenance={"from": f"{hr.source} regrade.contended", "contended": to_jsonable(contended)},
                 host=None,
                 gpu_name=parsed.hardware,
                 gpu_index=None,
@@ -219,10 +220,10 @@ def in_run_measurements(parsed: ParsedRun) -> list[Measurement]:
             Measurement(
                 status=mode,
                 source="result.regrade",
-                correct=_bool(r.get("correct")),
-                peak_fraction=_num(r.get("peak_fraction")),
+                correct=_bool(hr.correct),
+                peak_fraction=_num(hr.peak_fraction),
                 shapes=shapes,
-                provenance={"from": "result.json regrade (harness's own regrade)", "regrade": to_jsonable(regrade)},
+                provenance={"from": f"{hr.source} (harness's own regrade)", "regrade": to_jsonable(regrade)},
                 host=_str(regrade.get("host"), 255),
                 gpu_name=_str(regrade.get("gpu_name"), 128),
                 gpu_index=_int(regrade.get("gpu_index")),

@@ -360,6 +360,22 @@ def test_flagged_aliasing_is_reported_not_decisive(run: ParsedRun) -> None:
 # --- measurement ---------------------------------------------------------------------------------
 
 
+def test_separate_regrade_record_supersedes_in_run(tmp_path: Path, decks: Any) -> None:
+    record = {"mode": "sequential_isolated", "host": "gpu-3", "gpu_name": "NVIDIA H200", "correct": True,
+              "peak_fraction": 0.3389}
+    r = make_run(tmp_path, decks, result={"peak_fraction": 0.29}, files={"result.regrade.json": json.dumps(record)})
+    v = synthesize(r, [], None)
+    assert v.measurement_status is MeasurementStatus.SEQUENTIAL_ISOLATED and v.publish_grade
+    assert v.correct_source == "result.regrade"
+    assert v.metric is not None and v.metric.value == pytest.approx(0.3389) and v.metric.source == "result.regrade"
+    assert {"value": 0.29, "source": "in_run_contended"} in v.metric.superseded
+    # a record without figures reads like result.json's embedded form: the top level is the regrade's
+    r2 = make_run(tmp_path / "b", decks, result={"peak_fraction": 0.31},
+                  files={"result.regrade.json": json.dumps({"mode": "sequential_isolated"})})
+    v2 = synthesize(r2, [], None)
+    assert v2.metric is not None and v2.metric.value == pytest.approx(0.31) and v2.metric.source == "result.regrade"
+
+
 def test_result_json_regrade_supersedes_in_run(tmp_path: Path, decks: Any) -> None:
     regrade = {"mode": "sequential_isolated", "host": "h", "gpu_name": "NVIDIA H200",
                "contended": {"correct": True, "peak_fraction": 0.29}}

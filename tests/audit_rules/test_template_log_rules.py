@@ -111,6 +111,10 @@ def test_ka315_statuses(tmp_path: Path, decks: Any) -> None:
     (i,) = run_rule("KA315", fixture_ctx("KA315", "bad_isolated_regrade_supersedes", tmp_path / "b", decks))
     assert i.data["measurement_status"] == "sequential_isolated"
     assert i.data["superseded"][0]["peak_fraction"] == 0.2871
+    # the same regrade kept in a separate result.regrade.json (result.json holds the in-run claim)
+    (j,) = run_rule("KA315", fixture_ctx("KA315", "bad_separate_regrade_record", tmp_path / "c", decks))
+    assert j.file == "result.regrade.json" and j.data["measurement_status"] == "sequential_isolated"
+    assert j.data["superseded"][0]["peak_fraction"] == 0.2871 and j.data["regrade_gpu"] == "NVIDIA H100 PCIe"
 
 
 def test_ka316_is_infra(tmp_path: Path, decks: Any) -> None:

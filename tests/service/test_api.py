@@ -229,6 +229,19 @@ def test_chunked_oversize_body_is_cut_off(make_services: Any) -> None:
     assert table_counts(svc) == {"runs": 0, "artifacts": 0} and staging_leftovers(svc) == []
 
 
+def test_separate_regrade_record_is_stored_as_a_measurement(client: TestClient, tmp_path: Path) -> None:
+    """result.regrade.json (the spec's optional separate record): result.json keeps the in-run claim."""
+    record = {"at": "2026-08-02T10:00:00+00:00", "host": "gpu-7", "gpu_index": 3, "gpu_name": "NVIDIA H200",
+              "mode": "sequential_isolated", "correct": True, "peak_fraction": 0.289}
+    arc = good_archive(tmp_path, result={"peak_fraction": 0.21}, extra_files={"result.regrade.json": json.dumps(record)})
+    body = upload(client, arc).json()
+    by_status = {m["status"]: m for m in body["measurements"]}
+    assert by_status["in_run_contended"]["peak_fraction"] == pytest.approx(0.21)
+    isolated = by_status["sequential_isolated"]
+    assert isolated["peak_fraction"] == pytest.approx(0.289) and isolated["host"] == "gpu-7"
+    assert body["current_verdict"]["measurement_status"] == "sequential_isolated"
+
+
 def test_harness_regrade_record_keeps_contended_figures(client: TestClient, tmp_path: Path) -> None:
     """A result.json rewritten by a harness regrade: both figures are stored, the contended one kept."""
     regrade = {"at": "2026-08-02T10:00:00+00:00", "host": "gpu-7", "gpu_index": 3, "gpu_name": "NVIDIA H200",

@@ -61,21 +61,20 @@ def contention_evidence(lock: Any) -> tuple[list[str], int | None]:
 
 def check(ctx: AuditContext) -> Iterable[Finding]:
     run = ctx.run
-    mode = result_field(run.result, "regrade", "mode")
-    if mode == "sequential_isolated":
-        contended = result_field(run.result, "regrade", "contended")
+    hr = run.harness_regrade()
+    if hr is not None and hr.isolated:
+        contended = hr.contended
         superseded: list[dict[str, Any]] = []
         if isinstance(contended, dict):
             superseded.append({"source": "in_run", **{k: v for k, v in contended.items() if not isinstance(v, dict | list)}})
         return [Finding.of(
-            RULE, file="result.json", line_start=None, severity=Severity.INFO,
-            quote=f"regrade.mode: sequential_isolated (gpu {result_field(run.result, 'regrade', 'gpu_name') or '?'})",
+            RULE, file=hr.source, line_start=None, severity=Severity.INFO,
+            quote=f"regrade.mode: sequential_isolated (gpu {hr.record.get('gpu_name') or '?'})",
             explanation=("the recorded metric comes from a sequential isolated regrade"
                          + (f"; the in-run figures ({', '.join(f'{k}={v}' for k, v in superseded[0].items() if k != 'source')}) "
                             "are superseded and kept as provenance" if superseded else "")),
             data={"measurement_status": "sequential_isolated", "superseded": superseded,
-                  "regrade_at": result_field(run.result, "regrade", "at"),
-                  "regrade_gpu": result_field(run.result, "regrade", "gpu_name")})]
+                  "regrade_at": hr.record.get("at"), "regrade_gpu": hr.record.get("gpu_name")})]
     evidence, first = contention_evidence(run.gpu_lock)
     if not evidence:
         return []
