@@ -145,6 +145,10 @@ class Settings(BaseSettings):
     def staging_dir(self) -> Path:
         return self.data_dir / "staging"
 
+    @property
+    def report_cache_dir(self) -> Path:
+        return self.data_dir / "cache" / "reports"
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

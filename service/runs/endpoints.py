@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
@@ -220,6 +222,7 @@ def run_file(run_id: str, path: str, svc: Annotated[Services, Depends(services)]
     summary="The audit report of the current verdict, as Markdown",
 )
 def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Response:
+    from audit_rules import kaudit_version
     from audit_rules.report import render_markdown
     from ingest.run import parse_run
 
@@ -228,11 +231,25 @@ def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Resp
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}")
     if data.verdict is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id} has no verdict yet")
-    unpacked = unpacked_from_store(data.run, data.artifacts, svc.blobs)
-    parsed = parse_run(unpacked, svc.decks.snapshots())
-    text = render_markdown(parsed, verdict_from_row(data.verdict))
+    # Verdict rows are append-only, so a report is a pure function of (verdict row, archive,
+    # kaudit version): render once (re-parsing a large transcript takes seconds), then serve the file.
+    cached = svc.settings.report_cache_dir / f"{data.verdict.id}-{data.run.archive_sha256[:16]}-{kaudit_version()}.md"
+    if cached.is_file():
+        text = cached.read_text(encoding="utf-8")
+        source = "cache"
+    else:
+        unpacked = unpacked_from_store(data.run, data.artifacts, svc.blobs)
+        parsed = parse_run(unpacked, svc.decks.snapshots())
+        text = render_markdown(parsed, verdict_from_row(data.verdict))
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, cached)  # atomic: a concurrent reader sees the whole file or none
+        source = "rendered"
     return Response(
-        text, media_type="text/markdown; charset=utf-8", headers={"X-Content-Type-Options": "nosniff"}
+        text,
+        media_type="text/markdown; charset=utf-8",
+        headers={"X-Content-Type-Options": "nosniff", "X-Kaudit-Report": source},
     )
 
 

@@ -177,6 +177,9 @@ def test_report_rules_decks_health_metrics(client: TestClient, tmp_path: Path) -
     assert report.status_code == 200
     assert report.headers["content-type"].startswith("text/markdown")
     assert DEFAULT_RUN_ID in report.text
+    assert report.headers["x-kaudit-report"] == "rendered"
+    again = client.get(f"/runs/{DEFAULT_RUN_ID}/report.md")
+    assert again.headers["x-kaudit-report"] == "cache" and again.text == report.text
     rules = client.get("/rules")
     assert rules.status_code == 200 and isinstance(rules.json(), list)
     decks = client.get("/decks").json()
