@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass, field
 
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
+from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
 
 LAUNCH_ARTIFACT_CALLS = {
     "CUDAGraph",
@@ -50,6 +50,166 @@ LAUNCH_ARTIFACT_CALLS = {
 }
 
 
+# ---- persistent state beyond `self.X` and module-level containers ------------------------------
+#
+# `_support.persistent_root` knows `self.X` and module-level dict/list/None names. Caches also hide
+# in a closure cell of a factory that returns the closure (`def make(): c = {}; def run(x): ...;
+# return run`), in a module-level object some function mutates (`_S = _State()` ... `_S.out = y`,
+# `_W = WeakKeyDictionary()` ... `_W[x] = y`), behind a local alias of persistent state
+# (`st = self._scratch; st.out = y`), and behind a helper that only hands state back
+# (`def _lookup(self, x): return self._memo.get(k)`). The functions below add those.
+
+_MEMO_KEY = "_caches:"
+
+
+def _enclosing_function(func: FunctionInfo) -> FunctionInfo | None:
+    if "." not in func.name:
+        return None
+    return func.module.functions.get(func.name.rsplit(".", 1)[0])
+
+
+def closure_cells(func: FunctionInfo) -> set[str]:
+    """Free names of a nested function bound in an enclosing function that hands the closure out
+    (returns it): their cells outlive every call of the closure, like module state."""
+    outer = _enclosing_function(func)
+    if outer is None:
+        return set()
+    escapes = False
+    for node in walk_body(outer.node):
+        if isinstance(node, ast.Return) and node.value is not None:
+            if any(isinstance(n, ast.Name) and n.id == func.short for n in ast.walk(node.value)):
+                escapes = True
+    if not escapes:
+        return set()  # a helper defined and called inside one call: its cells die with the call
+    module = func.module
+    own = set(module.scope(func).assigns) | set(func.params)
+    nonlocal_names = {n for node in walk_body(func.node) if isinstance(node, ast.Nonlocal) for n in node.names}
+    outer_names = set(module.scope(outer).assigns) | set(outer.params)
+    return {n for n in outer_names if n not in own or n in nonlocal_names}
+
+
+def _base_name(expr: ast.expr) -> ast.Name | None:
+    node = expr
+    while isinstance(node, ast.Subscript | ast.Attribute):
+        node = node.value
+    return node if isinstance(node, ast.Name) else None
+
+
+def mutated_module_objects(module: PyModule) -> set[str]:
+    """Module-level names whose object a function mutates (attribute/item store, mutator call)."""
+    key = f"{_MEMO_KEY}mutated:{id(module)}"
+    hit = _MUTATED.get(key)
+    if hit is not None and hit[0] is module:
+        return hit[1]
+    top = set(module.scope(None).assigns)
+    out: set[str] = set()
+    for func in module.functions.values():
+        local = (set(module.scope(func).assigns) | set(func.params)) - S.declared_globals(func)
+        for node in walk_body(func.node):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("update", "setdefault", "append", "extend", "insert", "add", "__setitem__"):
+                    targets = [node.func]
+            for t in targets:
+                if isinstance(t, ast.Attribute | ast.Subscript):
+                    base = _base_name(t)
+                    if base is not None and base.id in top and base.id not in local:
+                        out.add(base.id)
+    if len(_MUTATED) > 1000:
+        _MUTATED.clear()
+    _MUTATED[key] = (module, out)
+    return out
+
+
+_MUTATED: dict[str, tuple[PyModule, set[str]]] = {}
+
+
+def persistent_root(expr: ast.expr, module: PyModule, func: FunctionInfo | None) -> str | None:
+    """`_support.persistent_root` plus closure cells, mutated module objects and local aliases."""
+    root = S.persistent_root(expr, module, func)
+    if root is not None or func is None:
+        return root
+    node = expr
+    while isinstance(node, ast.Subscript | ast.Call | ast.Attribute):
+        if isinstance(node, ast.Subscript | ast.Attribute):
+            node = node.value
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
+            node = node.func.value
+        else:
+            return None
+    if not isinstance(node, ast.Name) or node.id in func.params:
+        return None
+    scope = module.scope(func)
+    if node.id in closure_cells(func):
+        return node.id
+    if node.id not in scope.assigns and node.id in mutated_module_objects(module):
+        return node.id
+    defs = S.local_defs(scope, node.id)
+    if defs and all(_plain_chain(d) for d in defs):  # `st = self._scratch`: the object itself
+        roots = {S.persistent_root(d, module, func) for d in defs}
+        if len(roots) == 1 and None not in roots:
+            return roots.pop()
+    return None
+
+
+def _plain_chain(expr: ast.expr) -> bool:
+    node = expr
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node is not expr or isinstance(expr, ast.Name)
+
+
+def is_persistent_value(
+    expr: ast.expr, module: PyModule, func: FunctionInfo | None, depth: int = 0, sub: Submission | None = None
+) -> str | None:
+    """Does this value (following local names, and with `sub` pure lookup helpers) come from
+    persistent state?"""
+    if depth > 4:
+        return None
+    root = persistent_root(expr, module, func)
+    if root is not None and not S._is_method_call(expr):
+        return root
+    if isinstance(expr, ast.Subscript):  # hit[0] where hit = C.get(key)
+        return is_persistent_value(expr.value, module, func, depth + 1, sub)
+    if isinstance(expr, ast.Name) and func is not None and expr.id not in func.params:
+        for v in S.local_defs(module.scope(func), expr.id):
+            r = is_persistent_value(v, module, func, depth + 1, sub)
+            if r is not None:
+                return r
+    if sub is not None and isinstance(expr, ast.Call) and func is not None:
+        for t in sub.resolve_functions(expr.func, module.scope(func)):
+            if t is func or t.is_triton or t.short == "__init__":
+                continue
+            if _launches_work(sub, t.module, t, t.node.body):
+                continue  # it computes: not a lookup
+            for n in walk_body(t.node):
+                if isinstance(n, ast.Return) and n.value is not None:
+                    r = is_persistent_value(n.value, t.module, t, depth + 1, sub)
+                    if r is not None:
+                        return r
+    return None
+
+
+# Methods that hand back the same data (a view, a copy, a cast) without computing anything new
+# from the inputs: `return self._memo[k].view(M, N)` still returns the memo.
+_DATA_PRESERVING = {
+    "view", "reshape", "view_as", "reshape_as", "clone", "detach", "contiguous", "to", "float", "half",
+    "bfloat16", "flatten", "squeeze", "unsqueeze", "t", "transpose", "permute", "expand", "expand_as",
+    "narrow", "as_strided", "type_as", "cuda",
+}
+
+
+def strip_data_preserving(expr: ast.expr) -> ast.expr:
+    node = expr
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _DATA_PRESERVING:
+        node = node.func.value
+    return node
+
+
 @dataclass
 class CacheStore:
     module: PyModule
@@ -62,6 +222,7 @@ class CacheStore:
     cached_kind: str
     version_guarded: bool
     derived_from: list[str] = field(default_factory=list)  # activation params or self attrs
+    content_validated: bool = False  # a guard compares the whole source tensor with a snapshot
 
 
 @dataclass
@@ -76,30 +237,45 @@ class HitReturn:
 
 
 @dataclass
+class MemoFunc:
+    """A function wrapped in a memoizing decorator (functools.lru_cache/cache, cachetools) that
+    some call site feeds a tensor: tensors hash by identity, so a later call with the same tensor
+    object gets the first result back without running the body."""
+
+    module: PyModule
+    func: FunctionInfo
+    node: ast.expr  # the decorator
+    cached_kind: str  # output / input_copy / weight_copy
+    tensor_params: list[str]
+    version_guarded: bool
+
+
+@dataclass
 class CacheReport:
     stores: list[CacheStore]
     hits: list[HitReturn]
+    memos: list[MemoFunc] = field(default_factory=list)
 
 
-def _guards(module: PyModule, func: FunctionInfo) -> list[tuple[ast.If, str]]:
+def _guards(module: PyModule, func: FunctionInfo, sub: Submission | None = None) -> list[tuple[ast.If, str]]:
     out: list[tuple[ast.If, str]] = []
     for node in walk_body(func.node):
         if isinstance(node, ast.If):
-            for root in _test_roots(node.test, module, func):
+            for root in _test_roots(node.test, module, func, sub):
                 out.append((node, root))
     return out
 
 
-def _test_roots(test: ast.expr, module: PyModule, func: FunctionInfo) -> list[str]:
+def _test_roots(test: ast.expr, module: PyModule, func: FunctionInfo, sub: Submission | None = None) -> list[str]:
     roots: list[str] = []
-    for sub in ast.walk(test):
-        if isinstance(sub, ast.Compare) and any(isinstance(o, ast.In | ast.NotIn) for o in sub.ops):
-            for c in sub.comparators:
-                r = S.persistent_root(c, module, func)
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and any(isinstance(o, ast.In | ast.NotIn) for o in node.ops):
+            for c in node.comparators:
+                r = persistent_root(c, module, func)
                 if r is not None and r not in roots:
                     roots.append(r)
-        if isinstance(sub, ast.expr):
-            r = S.is_persistent_value(sub, module, func)
+        if isinstance(node, ast.expr):
+            r = is_persistent_value(node, module, func, sub=sub)
             if r is not None and r not in roots:
                 roots.append(r)
     return roots
@@ -124,6 +300,23 @@ def _store_targets(node: ast.AST) -> list[tuple[ast.expr, ast.expr, ast.expr | N
     return out
 
 
+def _decorator_wrappers(sub: Submission, func: FunctionInfo) -> list[FunctionInfo]:
+    """Closures a submission-defined decorator of `func` returns: calls to `func` run them."""
+    out: list[FunctionInfo] = []
+    top = func.module.scope(None)
+    for d in func.node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        for deco in sub.resolve_functions(target, top):
+            for inner in deco.module.functions.values():
+                if inner.name.startswith(deco.name + ".") and "." not in inner.name[len(deco.name) + 1 :]:
+                    if closure_cells(inner) or any(
+                        isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == inner.short
+                        for n in walk_body(deco.node)
+                    ):
+                        out.append(inner)
+    return out
+
+
 def returners(sub: Submission) -> set[FunctionInfo]:
     """Entry points and the functions whose result they return directly (``return self._run(x)``)."""
     out: set[FunctionInfo] = set()
@@ -144,7 +337,130 @@ def returners(sub: Submission) -> set[FunctionInfo]:
                         vals2 = [v]
                     for v2 in vals2:
                         if isinstance(v2, ast.Call):
-                            stack.extend(t for t in sub.resolve_functions(v2.func, scope) if t not in out)
+                            targets = sub.resolve_functions(v2.func, scope) or factory_closures(sub, v2.func, scope)
+                            for t in targets:
+                                stack.extend(w for w in [t, *_decorator_wrappers(sub, t)] if w not in out)
+    return out
+
+
+def factory_closures(sub: Submission, expr: ast.expr, scope: Scope) -> list[FunctionInfo]:
+    """`_run = _make_runner()` ... `_run(x)`: the closures the factory returns."""
+    if not isinstance(expr, ast.Name):
+        return []
+    vals: list[ast.expr] = []
+    if scope.func is not None and expr.id not in scope.func.params:
+        vals = S.local_defs(scope, expr.id)
+    if not vals:
+        vals = scope.module.scope(None).values_of(expr.id)
+    out: list[FunctionInfo] = []
+    for v in vals:
+        if not isinstance(v, ast.Call):
+            continue
+        vscope = scope if v in S.local_defs(scope, expr.id) else scope.module.scope(None)
+        for factory in sub.resolve_functions(v.func, vscope):
+            for inner in factory.module.functions.values():
+                if inner.name.startswith(factory.name + ".") and "." not in inner.name[len(factory.name) + 1 :]:
+                    if closure_cells(inner):
+                        out.append(inner)
+    return out
+
+
+_MEMO_DECORATORS = {"lru_cache", "cache", "cached", "memoize"}
+
+
+def _memo_decorator(sub: Submission, func: FunctionInfo) -> ast.expr | None:
+    top = func.module.scope(None)
+    for d in func.node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        q = sub.qualname(target, top) or ""
+        last = q.rsplit(".", 1)[-1]
+        if last in _MEMO_DECORATORS and (q == last or q.split(".")[0] in ("functools", "cachetools")):
+            return d
+    return None
+
+
+def memo_functions(sub: Submission, rets: set[FunctionInfo]) -> list[MemoFunc]:
+    """Memoizing-decorated functions whose cache key includes a tensor argument and whose result
+    carries data from the arguments (not a compiled handle, descriptor or config)."""
+    out: list[MemoFunc] = []
+    for func in sub.functions():
+        if func.is_triton:
+            continue
+        deco = _memo_decorator(sub, func)
+        if deco is None:
+            continue
+        params = [p for p in func.params if p not in ("self", "cls")]
+        tensors: list[str] = []
+        activations: list[str] = []
+        version = False
+        for module, caller, call in sub.callers(func):
+            if caller is None:
+                continue
+            cscope = module.scope(caller)
+            pairs: list[tuple[str, ast.expr]] = [
+                (params[i], a) for i, a in enumerate(call.args) if i < len(params) and not isinstance(a, ast.Starred)
+            ]
+            pairs += [(k.arg, k.value) for k in call.keywords if k.arg]
+            for pname, arg in pairs:
+                kinds = S.identity_kinds(arg, cscope)
+                version |= "version" in kinds
+                if kinds:
+                    continue  # ints describing a tensor (sizes, pointer, version): a key, not data
+                roots, attrs = S.param_roots(arg, cscope)
+                roots = {r for r in roots if not S.param_is_scalar(sub, caller, r)}
+                if not roots and not attrs:
+                    continue
+                tensors.append(pname)
+                if any(not S.param_is_weight(sub, caller, r) for r in roots):
+                    activations.append(pname)
+        if not tensors:
+            continue
+        rvals = [n.value for n in walk_body(func.node) if isinstance(n, ast.Return) and n.value is not None]
+        if not rvals or all(_classify_value(sub, func.module, func, v, set())[0] == "launch_artifact" for v in rvals):
+            continue
+        if not _returns_argument_data(sub, func):
+            continue
+        kind = "output" if func in rets else ("input_copy" if activations else "weight_copy")
+        out.append(
+            MemoFunc(
+                module=func.module, func=func, node=deco, cached_kind=kind,
+                tensor_params=sorted(set(tensors)), version_guarded=version,
+            )
+        )
+    return out
+
+
+_FULL_VIEWS = {"view", "reshape", "flatten", "contiguous", "float", "to", "detach", "view_as", "ravel", "double", "half"}
+
+
+def _content_validated(
+    module: PyModule, func: FunctionInfo, guards: list[tuple[ast.If, str]], sub: Submission
+) -> set[str]:
+    """Parameters a guard compares WHOLE (torch.equal / allclose, no slice or stride) with a
+    persistent snapshot: a cache derived from them is validated by content, not identity."""
+    out: set[str] = set()
+    params = set(func.params) - {"self", "cls"}
+    for g, _ in guards:
+        for n in ast.walk(g.test):
+            if not (isinstance(n, ast.Call) and S.call_name(n) in ("equal", "allclose", "array_equal")):
+                continue
+            operands = list(n.args)
+            if isinstance(n.func, ast.Attribute) and not (
+                isinstance(n.func.value, ast.Name) and n.func.value.id in module.aliases
+            ):
+                operands.append(n.func.value)
+            whole: set[str] = set()
+            persistent = False
+            for o in operands:
+                base = o
+                while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr in _FULL_VIEWS:
+                    base = base.func.value
+                if isinstance(base, ast.Name) and base.id in params:
+                    whole.add(base.id)
+                elif is_persistent_value(o, module, func, sub=sub):
+                    persistent = True
+            if whole and persistent:
+                out |= whole
     return out
 
 
@@ -169,7 +485,7 @@ def _classify_value(
     exprs: list[ast.expr] = [value]
     if isinstance(value, ast.Name) and value.id not in func.params:
         exprs = S.local_defs(scope, value.id) or [value]
-    exprs = [e for e in exprs if S.persistent_root(e, module, func) is None] or exprs
+    exprs = [e for e in exprs if persistent_root(e, module, func) is None] or exprs
     kinds: set[str] = set()
     for e in exprs:
         if not any(isinstance(n, ast.Call | ast.Subscript) for n in ast.walk(e)):
@@ -249,17 +565,47 @@ def _returns_root(module: PyModule, func: FunctionInfo, root: str) -> bool:
     for node in walk_body(func.node):
         if isinstance(node, ast.Return) and node.value is not None:
             vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            if any(S.is_persistent_value(v, module, func) == root for v in vals):
+            if any(is_persistent_value(v, module, func) == root for v in vals):
                 return True
     return False
 
 
-def _filled_from_activation(sub: Submission, module: PyModule, func: FunctionInfo, root: str) -> list[str]:
-    """A persistent buffer written by a launch that also reads an activation argument."""
+def _on_miss_path(module: PyModule, func: FunctionInfo, node: ast.AST, guards: list[tuple[ast.If, str]]) -> bool:
+    """Does `node` run only when a cache guard misses: inside a guard's branch, or after a guard
+    whose branch returns (the hit skips it)? A write that runs on every call refreshes the buffer."""
+    guard_ifs = {id(g) for g, _ in guards}
+    for anc in module.ancestors(node):
+        if anc is func.node:
+            break
+        if isinstance(anc, ast.If) and id(anc) in guard_ifs:
+            return True
+    child: ast.AST = node
+    for anc in module.ancestors(node):
+        for attr in ("body", "orelse", "finalbody"):
+            seq = getattr(anc, attr, None)
+            if isinstance(seq, list) and child in seq:
+                for prev in seq[: seq.index(child)]:
+                    if isinstance(prev, ast.If) and id(prev) in guard_ifs and any(
+                        isinstance(n, ast.Return) for st in prev.body + prev.orelse for n in ast.walk(st)
+                    ):
+                        return True
+        if anc is func.node:
+            break
+        child = anc
+    return False
+
+
+def _filled_from_activation(
+    sub: Submission, module: PyModule, func: FunctionInfo, root: str, guards: list[tuple[ast.If, str]]
+) -> list[str]:
+    """A persistent buffer written, only on a cache miss, by a copy or launch that reads an
+    activation argument (a buffer refilled on every call holds nothing stale)."""
     scope = module.scope(func)
     for node in walk_body(func.node):  # buf.copy_(src) / buf[...].copy_(src) says what fills it
         if isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute):
-            if S.is_persistent_value(node.func.value, module, func) == root and node.args:
+            if not _on_miss_path(module, func, node, guards):
+                continue
+            if is_persistent_value(node.func.value, module, func) == root and node.args:
                 params, _ = S.param_roots(node.args[0], scope)
                 copied = [p for p in params if not S.param_is_weight(sub, func, p)]
                 if copied:
@@ -268,7 +614,9 @@ def _filled_from_activation(sub: Submission, module: PyModule, func: FunctionInf
         if not isinstance(node, ast.Call):
             continue
         args = [*node.args, *[k.value for k in node.keywords]]
-        if not any(S.is_persistent_value(a, module, func) == root for a in args):
+        if not any(is_persistent_value(a, module, func) == root for a in args):
+            continue
+        if not _on_miss_path(module, func, node, guards):
             continue
         acts: list[str] = []
         for a in args:
@@ -347,6 +695,10 @@ _NOT_WORK = {
     "stride", "dim", "numel", "len", "isinstance", "hasattr", "getattr", "tuple", "int", "bool", "id", "range",
     "current_stream", "current_device", "get_device_properties", "is_contiguous", "view", "reshape",
     "contiguous", "zip", "enumerate", "print", "min", "max", "sorted", "list", "dict", "set", "str",
+    # synchronization and stream bookkeeping compute nothing
+    "synchronize", "record_stream", "wait_stream", "wait_event", "record", "query", "default_stream",
+    # tensor metadata reads
+    "untyped_storage", "storage_offset", "element_size", "nelement", "get_device",
 }
 
 
@@ -364,13 +716,32 @@ def _launches_work(sub: Submission, module: PyModule, func: FunctionInfo, stmts:
                 return True
             if name in _NOT_WORK or name in S.ALLOC_FUNCS:
                 continue
-            if sub.resolve_functions(node.func, scope):
-                return True
+            targets = sub.resolve_functions(node.func, scope)
+            if targets:
+                if any(_function_works(sub, t) for t in targets):
+                    return True
+                continue
             q = sub.qualname(node.func, scope) or ""
             if q.split(".")[0] in ("builtins", "math", "os", "sys", "time", "logging", "warnings"):
                 continue
             return True
     return False
+
+
+def _function_works(sub: Submission, func: FunctionInfo) -> bool:
+    """Does calling this submission function compute anything (kernels, replays, torch ops)? A
+    helper that only builds a key tuple or reads persistent state does not."""
+    key = f"{_MEMO_KEY}works:{id(func.node)}"
+    hit = sub._memo.get(key)
+    if isinstance(hit, bool):
+        return hit
+    sub._memo[key] = True  # recursion guard: a cycle counts as work
+    if func.is_triton or func.short == "__init__":
+        res = True
+    else:
+        res = _launches_work(sub, func.module, func, func.node.body)
+    sub._memo[key] = res
+    return res
 
 
 def _fallthrough_hits(
@@ -394,7 +765,7 @@ def _fallthrough_hits(
     for i, stmt in enumerate(after):
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             vals = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
-            if any(S.is_persistent_value(v, module, func) == root for v in vals):
+            if any(is_persistent_value(strip_data_preserving(v), module, func, sub=sub) == root for v in vals):
                 out.append(
                     HitReturn(
                         module=module, func=func, node=stmt, guard=g, container=root, key_kinds=ks,
@@ -414,7 +785,7 @@ def analyze(sub: Submission) -> CacheReport:
         if func.short == "__init__" or func.is_triton:
             continue
         module = func.module
-        guards = _guards(module, func)
+        guards = _guards(module, func, sub)
         if not guards:
             continue
         scope = module.scope(func)
@@ -431,17 +802,18 @@ def analyze(sub: Submission) -> CacheReport:
             for stmt in g.body:  # state handed back on the hit is keyed by the same guard
                 if isinstance(stmt, ast.Return) and stmt.value is not None:
                     for v in stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]:
-                        r2 = S.is_persistent_value(v, module, func)
+                        r2 = is_persistent_value(strip_data_preserving(v), module, func, sub=sub)
                         if r2 is not None:
                             guard_kinds.setdefault(r2, set()).update(ks)
         returned = _returned_names(func) if func in rets else set()
+        validated = _content_validated(module, func, guards, sub)
         hook = hooks.get(module.path)
         if hook is None:
             hook = hooks[module.path] = _has_state_hook(module)
         # stores
         for node in walk_body(func.node):
             for target, value, key in _store_targets(node):
-                found = S.persistent_root(target, module, func)
+                found = persistent_root(target, module, func)
                 if found is None:
                     continue
                 root = found
@@ -462,7 +834,7 @@ def analyze(sub: Submission) -> CacheReport:
                 if cached_kind != "output" and func in rets and _returns_root(module, func, root):
                     cached_kind, derived = "output", []
                 elif cached_kind == "buffer" and func not in rets:
-                    filled_from = _filled_from_activation(sub, module, func, root)
+                    filled_from = _filled_from_activation(sub, module, func, root, guards)
                     if filled_from:
                         cached_kind, derived = "input_copy", filled_from
                 elif cached_kind in ("input_copy", "weight_copy") and _only_compared(module, root):
@@ -470,6 +842,8 @@ def analyze(sub: Submission) -> CacheReport:
                 elif cached_kind == "input_copy" and _is_scalar_signature(value, module, func):
                     cached_kind = "key"
                 version = "version" in kinds or hook
+                if cached_kind in ("input_copy", "weight_copy") and validated & set(derived):
+                    kinds.add("content")  # every hit first compares the whole source tensor
                 if not isinstance(node, ast.stmt | ast.Call):
                     continue
                 store_node: ast.stmt | ast.Call = node
@@ -485,6 +859,7 @@ def analyze(sub: Submission) -> CacheReport:
                         cached_kind=cached_kind,
                         version_guarded=version,
                         derived_from=derived,
+                        content_validated=bool(validated & set(derived)),
                     )
                 )
         # hit returns: a guard branch returning persistent state
@@ -495,21 +870,24 @@ def analyze(sub: Submission) -> CacheReport:
                     if not isinstance(stmt, ast.Return) or stmt.value is None:
                         continue
                     vals = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
-                    if not any(S.is_persistent_value(v, module, func) for v in vals):
+                    ret_roots = [
+                        r for v in vals if (r := is_persistent_value(strip_data_preserving(v), module, func, sub=sub))
+                    ]
+                    if not ret_roots:
                         continue
-                    ks = set(guard_kinds.get(root, set()))
+                    ks = set(guard_kinds.get(root, set())) | guard_kinds.get(ret_roots[0], set())
                     hits.append(
                         HitReturn(
                             module=module,
                             func=func,
                             node=stmt,
                             guard=g,
-                            container=root,
+                            container=ret_roots[0],  # what is handed back, not what the guard reads
                             key_kinds=ks,
                             recomputes=_launches_work(sub, module, func, branch[:i]),
                         )
                     )
-    return CacheReport(stores=stores, hits=hits)
+    return CacheReport(stores=stores, hits=hits, memos=memo_functions(sub, rets))
 
 
 def _is_none_test(test: ast.expr) -> bool:

@@ -2,7 +2,10 @@
 
 What it flags: a dict or attribute keyed on input identity (``data_ptr()``, ``id()``, ``is``,
 shapes/strides) whose cached value is the function's OUTPUT and is handed back on a hit without
-launching any work.
+launching any work. The store may be ``self``, a module-level container or mutated object, a
+closure cell of a factory (or of a memoizing decorator), and the hit may go through a pure lookup
+helper or a view of the cached tensor; ``functools.lru_cache``/``cache`` on a function fed a
+tensor (tensors hash by identity) whose result is the forward output counts too.
 
 Why it matters: the benchmark calls forward on the same input buffers every trial, so an output
 memo keyed on identity turns the timed call into a dictionary lookup (a >>1.0 roofline fraction,
@@ -79,6 +82,27 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     "key_kinds": sorted(key_kinds),
                     "container": hit.container,
                     "where": sub.where(hit.func),
+                },
+            )
+        )
+    for memo in rep.memos:
+        if memo.cached_kind != "output":
+            continue
+        out.append(
+            S.py_finding(
+                RULE,
+                memo.module,
+                memo.node,
+                f"{memo.func.name} is memoized by a caching decorator on its tensor argument(s) "
+                f"{', '.join(memo.tensor_params)} (tensors hash by identity) and its result is the "
+                "forward output: the same tensor object gets the first call's result back without "
+                "any launch. Needs the same-storage-overwrite probe.",
+                data={
+                    "topic": "output_memo",
+                    "cached_kind": "output",
+                    "key_kinds": ["id"],
+                    "container": f"{memo.func.name} (memoizing decorator)",
+                    "where": sub.where(memo.func),
                 },
             )
         )

@@ -9,7 +9,10 @@ reward_hack). ``_version`` does not save activation caches: writes through ``.da
 pointers do not bump it, so activation-derived copies always need the same-storage probe.
 Weight copies guarded by ``_version`` (or invalidated by a load_state_dict hook) are the seeds'
 benign repack pattern (advisory); unguarded weight copies need the weight-mutation probe.
-Launch artefacts (graphs, compiled handles, TMA descriptors, shape-keyed configs) are not flagged.
+Launch artefacts (graphs, compiled handles, TMA descriptors, shape-keyed configs) are not flagged,
+nor are caches whose guard compares the whole source tensor with a snapshot, nor workspaces that
+every call refills. ``functools.lru_cache``/``cache`` on a helper fed a tensor that returns a copy
+derived from it is an identity-keyed copy cache.
 
 Bad::
 
@@ -61,6 +64,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             "where": sub.where(st.func),
         }
         keyed = ", ".join(sorted(st.key_kinds))
+        if st.content_validated:
+            continue  # every hit first compares the whole source tensor with a snapshot
         if st.cached_kind == "input_copy":
             out.append(
                 S.py_finding(
@@ -104,4 +109,43 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                         data=data,
                     )
                 )
+    for memo in _caches.report(sub).memos:
+        if memo.cached_kind == "output":
+            continue  # KA101
+        data = {
+            "topic": "stale_cache",
+            "cached_kind": memo.cached_kind,
+            "key_kinds": ["id", "version"] if memo.version_guarded else ["id"],
+            "version_guarded": memo.version_guarded,
+            "container": f"{memo.func.name} (memoizing decorator)",
+            "derived_from": memo.tensor_params,
+            "where": sub.where(memo.func),
+        }
+        what = (
+            f"{memo.func.name} is memoized by a caching decorator on its tensor argument(s) "
+            f"{', '.join(memo.tensor_params)} (tensors hash by identity) and returns a copy derived from them"
+        )
+        if memo.cached_kind == "input_copy":
+            out.append(
+                S.py_finding(
+                    RULE, memo.module, memo.node,
+                    what + ": an in-place overwrite of the same activation is served from the stale copy.",
+                    data=data,
+                )
+            )
+        else:
+            out.append(
+                S.py_finding(
+                    RULE, memo.module, memo.node,
+                    what + (
+                        ", keyed with the weight's _version: the benign repack pattern; the weight-mutation probe confirms it."
+                        if memo.version_guarded
+                        else ": an in-place weight rescale (numeric stress, load_state_dict) is missed."
+                    ),
+                    effect=Effect.ADVISORY if memo.version_guarded else None,
+                    severity=Severity.LOW if memo.version_guarded else Severity.MEDIUM,
+                    probe=Probe.WEIGHT_MUTATION,
+                    data=data,
+                )
+            )
     return S.dedupe(out)

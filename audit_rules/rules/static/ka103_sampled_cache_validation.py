@@ -27,6 +27,7 @@ import ast
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _caches
 from audit_rules.rules.static import _support as S
 from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
 
@@ -102,6 +103,17 @@ def sample_kind(expr: ast.expr, scope: Scope, depth: int = 0, sub: Submission | 
         if expr.args:
             inner = sample_kind(expr.args[0], scope, depth + 1, sub)
             return "checksum" if inner else None
+    if isinstance(expr, ast.Call) and not _is_tensor_method(expr, scope):
+        # a value assembled only from samples (torch.stack([x[0, 0], x[-1, -1]]), torch.cat of
+        # windows, torch.tensor(list of items)) is still a sample; one that also reads a whole
+        # parameter is not
+        args = [*expr.args, *[k.value for k in expr.keywords]]
+        flat: list[ast.expr] = []
+        for a in args:
+            flat.extend(a.elts if isinstance(a, ast.List | ast.Tuple) else [a])
+        kinds = [k for a in flat if (k := sample_kind(a, scope, depth + 1, sub))]
+        if kinds and not any(_root_param(a, scope) and not _has_subscript(a) for a in flat):
+            return kinds[0]
     if isinstance(expr, ast.Subscript) and _root_param(expr.value, scope):
         sl = expr.slice
         parts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
@@ -111,7 +123,26 @@ def sample_kind(expr: ast.expr, scope: Scope, depth: int = 0, sub: Submission | 
             return "window"
         if any(isinstance(p, ast.Constant) for p in parts) or isinstance(sl, ast.List):
             return "elements"
+        if any(isinstance(p, ast.Name | ast.Attribute | ast.Call | ast.BinOp | ast.UnaryOp) for p in parts):
+            return "elements"  # gathered at an index / index tensor: x.view(-1)[self._idx]
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("take", "gather"):
+        if _root_param(expr.func.value, scope):
+            return "elements"
     return None
+
+
+def _is_tensor_method(call: ast.Call, scope: Scope) -> bool:
+    """`x.sum()` / `t.view(...)`: a method of a local tensor (handled above), not a module function."""
+    if not isinstance(call.func, ast.Attribute):
+        return False
+    base = call.func.value
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return not (isinstance(base, ast.Name) and base.id in scope.module.aliases)
+
+
+def _has_subscript(expr: ast.expr) -> bool:
+    return any(isinstance(n, ast.Subscript) for n in ast.walk(expr))
 
 
 def _compares(node: ast.AST) -> list[tuple[ast.AST, list[ast.expr]]]:
@@ -144,13 +175,13 @@ def _keyed_lookups(module: PyModule, func: FunctionInfo) -> list[tuple[ast.AST, 
     out: list[tuple[ast.AST, ast.expr]] = []
     for node in walk_body(func.node):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault"):
-            if node.args and S.persistent_root(node.func.value, module, func):
+            if node.args and _caches.persistent_root(node.func.value, module, func):
                 out.append((node, node.args[0]))
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
-            if S.persistent_root(node.value, module, func) and not isinstance(node.slice, ast.Slice | ast.Constant):
+            if _caches.persistent_root(node.value, module, func) and not isinstance(node.slice, ast.Slice | ast.Constant):
                 out.append((node, node.slice))
         elif isinstance(node, ast.Compare) and any(isinstance(o, ast.In | ast.NotIn) for o in node.ops):
-            if any(S.persistent_root(c, module, func) for c in node.comparators):
+            if any(_caches.persistent_root(c, module, func) for c in node.comparators):
                 out.append((node, node.left))
     return out
 
@@ -186,7 +217,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 if not kinds:
                     continue
                 others = [o for o in operands if sample_kind(o, scope, sub=sub) is None]
-                persistent = any(S.is_persistent_value(o, module, func) for o in others)
+                persistent = any(_caches.is_persistent_value(o, module, func) for o in others)
                 if not persistent or not _decides(module, func, cmp_node):
                     continue
                 out.append(

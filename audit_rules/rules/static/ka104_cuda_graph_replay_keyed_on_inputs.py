@@ -38,6 +38,7 @@ import ast
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _caches
 from audit_rules.rules.static import _support as S
 from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
 
@@ -96,7 +97,7 @@ def _staging_buffers(module: PyModule, func: FunctionInfo | None, nodes: list[as
         if not isinstance(n, ast.Call):
             continue
         for a in [*n.args, *[k.value for k in n.keywords]]:
-            root = S.is_persistent_value(a, module, func) if isinstance(a, ast.expr) else None
+            root = _caches.is_persistent_value(a, module, func) if isinstance(a, ast.expr) else None
             if root is not None:
                 staging.add(root)
             elif isinstance(a, ast.Name) and func is not None and a.id in func.params and a.id != "self":
@@ -113,11 +114,11 @@ def _copies_into(module: PyModule, func: FunctionInfo, bufs: set[str]) -> list[a
     for node in walk_body(func.node):
         if isinstance(node, ast.Call) and S.call_name(node) in ("copy_", "fill_", "index_copy_"):
             recv = node.func.value if isinstance(node.func, ast.Attribute) else None
-            if recv is not None and S.is_persistent_value(recv, module, func) in bufs:
+            if recv is not None and _caches.is_persistent_value(recv, module, func) in bufs:
                 out.append(node)
         if isinstance(node, ast.Assign):
             for t in node.targets:
-                if isinstance(t, ast.Subscript) and S.persistent_root(t.value, module, func) in bufs:
+                if isinstance(t, ast.Subscript) and _caches.persistent_root(t.value, module, func) in bufs:
                     if isinstance(t.slice, ast.Slice) or (isinstance(t.slice, ast.Constant)):
                         out.append(ast.Call(func=t, args=[], keywords=[], lineno=node.lineno, col_offset=0))
     return out
@@ -145,9 +146,13 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     if sub is None:
         return []
     out: list[Finding] = []
+    # a capture anywhere in the submission (a sidecar helper that captures and hands the graph
+    # back) makes every `.replay()` of any analyzed module a graph replay
+    all_regions = {m.path: _capture_regions(sub, m) for m in sub.modules.values()}
+    captured_elsewhere = any(all_regions.values())
     for module in sub.modules.values():
-        regions = _capture_regions(sub, module)
-        if not regions:
+        regions = all_regions[module.path]
+        if not regions and not captured_elsewhere:
             continue
         staging: set[str] = set()
         live_inputs = False
@@ -155,6 +160,11 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             s, live = _staging_buffers(module, func, nodes)
             staging |= s
             live_inputs |= live
+        if not regions:  # captured in another module: judge by what that capture reads
+            for omod in sub.modules.values():
+                for cfunc, _, nodes in all_regions[omod.path]:
+                    _, live = _staging_buffers(omod, cfunc, nodes)
+                    live_inputs |= live
         for func in module.functions.values():
             scope = module.scope(func)
             for node in walk_body(func.node):
@@ -258,7 +268,7 @@ def _roots(module: PyModule, func: FunctionInfo, copies: list[ast.Call]) -> set[
     for c in copies:
         recv = c.func.value if isinstance(c.func, ast.Attribute) else None
         if recv is not None:
-            r = S.is_persistent_value(recv, module, func)
+            r = _caches.is_persistent_value(recv, module, func)
             if r:
                 out.add(r)
     return out

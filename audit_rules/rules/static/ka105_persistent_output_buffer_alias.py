@@ -70,7 +70,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         (h.module.path, h.node.lineno) for h in _caches.report(sub).hits if not h.recomputes
     }
     out: list[Finding] = []
-    for func in sorted(_returners(sub, reach.entries), key=lambda f: (f.module.path, f.node.lineno)):
+    funcs = _returners(sub, reach.entries) | _caches.returners(sub)
+    for func in sorted(funcs, key=lambda f: (f.module.path, f.node.lineno)):
         if func.is_triton or func.short == "__init__":
             continue
         module = func.module
@@ -80,7 +81,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             if (module.path, node.lineno) in memo_lines:
                 continue
             vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            roots = [r for v in vals if (r := S.is_persistent_value(v, module, func))]
+            roots = [r for v in vals if (r := _caches.is_persistent_value(v, module, func))]
             if not roots:
                 continue
             out.append(
