@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal

@@ -369,3 +369,154 @@ def enclosing_ifs(module: PyModule, node: ast.AST, stop: ast.AST) -> list[ast.If
 
 def where_label(sub: Submission, func: FunctionInfo | None) -> str:
     return sub.where(func)
+
+
+# ---- value candidates ---------------------------------------------------------------------
+
+
+def deep_qualname(sub: Submission, expr: ast.expr, scope: Scope) -> str | None:
+    """`Submission.qualname`, then through module constants of the submission's own modules:
+    ``from scratch.cfg import MATMUL as mm; mm.allow_tf32`` -> ``torch.backends.cuda.matmul.allow_tf32``
+    when scratch/cfg.py binds ``MATMUL = torch.backends.cuda.matmul``."""
+    q = sub.qualname(expr, scope)
+    for _ in range(4):
+        if not q or "." not in q:
+            return q
+        head, rest = q.split(".", 1)
+        seg, _, tail = rest.partition(".")
+        nxt = None
+        for mod in sub.modules.values():
+            if mod.name != head or seg in mod.functions or seg in mod.classes:
+                continue
+            val = mod.scope(None).latest(seg)
+            if val is not None:
+                nxt = sub.qualname(val, mod.scope(None))
+                break
+        if not nxt:
+            return q
+        q = f"{nxt}.{tail}" if tail else nxt
+    return q
+
+
+def as_dict_items(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) -> list[tuple[ast.expr | str, ast.expr]] | None:
+    """(key, value) pairs of a dict literal, ``dict(k=v)`` or a name bound to one; None otherwise.
+    A key is an expression, or the keyword's name for ``dict(k=v)``."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Dict):
+        out: list[tuple[ast.expr | str, ast.expr]] = []
+        for k, v in zip(expr.keys, expr.values, strict=True):
+            if k is None:  # {**other}
+                inner = as_dict_items(sub, v, scope, depth + 1)
+                if inner is None:
+                    return None
+                out.extend(inner)
+            else:
+                out.append((k, v))
+        return out
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "dict":
+        pairs: list[tuple[ast.expr | str, ast.expr]] = []
+        for a in expr.args:
+            inner = as_dict_items(sub, a, scope, depth + 1)
+            if inner is None:
+                return None
+            pairs.extend(inner)
+        pairs.extend((k.arg, k.value) for k in expr.keywords if k.arg)
+        return pairs
+    if isinstance(expr, ast.Name):
+        vals: list[ast.expr] = []
+        sc = scope
+        if scope.func is not None and expr.id not in scope.func.params:
+            vals = scope.values_of(expr.id)
+        if not vals and (scope.func is None or expr.id not in scope.func.params):
+            sc = scope.module.scope(None)
+            vals = sc.values_of(expr.id)
+        if len(vals) == 1 and vals[0] is not expr:
+            return as_dict_items(sub, vals[0], sc, depth + 1)
+    return None
+
+
+def _iter_elements(sub: Submission, it: ast.expr, pos: int | None, scope: Scope) -> list[ast.expr] | None:
+    """The expressions a loop over `it` binds to the target at tuple position `pos` (None: whole)."""
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values") and not it.args:
+        items = as_dict_items(sub, it.func.value, scope)
+        if items is None:
+            return None
+        which = it.func.attr
+        if which == "items":
+            if pos is None:
+                return None
+            which = "keys" if pos == 0 else "values"
+        out: list[ast.expr] = []
+        for k, v in items:
+            if which == "values":
+                out.append(v)
+            elif isinstance(k, str):
+                out.append(ast.copy_location(ast.Constant(value=k), v))
+            else:
+                out.append(k)
+        return out
+    items = as_dict_items(sub, it, scope)
+    if items is not None and pos is None:  # `for k in {...}` iterates the keys
+        return [k if not isinstance(k, str) else ast.copy_location(ast.Constant(value=k), v) for k, v in items]
+    if isinstance(it, ast.List | ast.Tuple):
+        if pos is None:
+            return list(it.elts)
+        picked = [e.elts[pos] for e in it.elts if isinstance(e, ast.Tuple | ast.List) and len(e.elts) > pos]
+        return picked if len(picked) == len(it.elts) else None
+    return None
+
+
+def string_candidates(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) -> set[str] | None:
+    """Every string an expression may hold, or None when some value is not statically known.
+
+    Folds constants, and follows names to each of their bindings, ternaries, and loop targets over
+    a dict / ``.items()`` / ``.keys()`` / ``.values()`` / a literal sequence
+    (``for k, v in {"KBH_X": "0"}.items(): os.environ[k] = v`` gives ``{"KBH_X"}`` for ``k``).
+    Parameters are not followed (their values live at the call sites)."""
+    if depth > 6:
+        return None
+    s = sub.fold_str(expr, scope)
+    if s is not None:
+        return {s}
+    if isinstance(expr, ast.IfExp):
+        a = string_candidates(sub, expr.body, scope, depth + 1)
+        b = string_candidates(sub, expr.orelse, scope, depth + 1)
+        return a | b if a is not None and b is not None else None
+    if not isinstance(expr, ast.Name):
+        return None
+    if scope.func is not None and expr.id in scope.func.params:
+        return None
+    sc = scope
+    vals = scope.values_of(expr.id) if scope.func is not None else []
+    if not vals:
+        sc = scope.module.scope(None)
+        vals = sc.values_of(expr.id)
+    if not vals:
+        return None
+    out: set[str] = set()
+    for v in vals:
+        if v is expr:
+            return None
+        parent = scope.module.parents.get(v)
+        if isinstance(parent, ast.For | ast.comprehension) and parent.iter is v:
+            pos: int | None = None
+            if isinstance(parent.target, ast.Tuple):
+                idx = [i for i, t in enumerate(parent.target.elts) if isinstance(t, ast.Name) and t.id == expr.id]
+                if not idx:
+                    return None
+                pos = idx[0]
+            elems = _iter_elements(sub, v, pos, sc)
+            if elems is None:
+                return None
+            for e in elems:
+                got = string_candidates(sub, e, sc, depth + 1)
+                if got is None:
+                    return None
+                out |= got
+        else:
+            got = string_candidates(sub, v, sc, depth + 1)
+            if got is None:
+                return None
+            out |= got
+    return out

@@ -5,7 +5,13 @@ What it flags: changes to process-global torch numerics at import or call time:
 ``allow_fp16_reduced_precision_reduction``, ``torch.backends.cudnn.allow_tf32``,
 ``torch.set_float32_matmul_precision``, ``torch.set_default_dtype``,
 ``torch.use_deterministic_algorithms``, ``torch.backends.cuda.preferred_blas_library`` ... in
-assignment or ``setattr`` form. Perf-only flags (``cudnn.benchmark``) are advisory.
+assignment (tuple targets too) or ``setattr`` form, through aliases, ``getattr`` with built
+strings, constants of the solution's own sidecars (``from scratch.cfg import MATMUL as mm``) and
+loops over a dict of settings; a ``setattr`` with an unknown name on ``torch.backends.*`` counts.
+Perf-only flags (``cudnn.benchmark``) are advisory. A change that is undone before the function
+returns -- saved (``old = <flag>`` / ``torch.get_float32_matmul_precision()``), set, and restored
+in a ``finally`` or a later statement of the same block -- is not flagged (nor is the restore),
+unless it sits in a generator context manager that is entered other than by ``with``.
 
 Why it matters: the checker computes the reference in the same process after importing the
 solution. The Qwen W4A16 cell changed bf16 matmul reduction behaviour at import and so changed
@@ -20,6 +26,12 @@ Bad::
 Good::
 
     torch.backends.cudnn.benchmark = True     # perf only (advisory)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        y = _kernel(x)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old   # scoped to the solution's own call
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
+from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
 
 RULE = RuleMeta(
     id="KA110",
@@ -79,9 +92,130 @@ NUMERIC_CALLS = {
 def _classify(name: str) -> str | None:
     if name in PERF_FLAGS:
         return "perf"
+    if name.endswith(".*"):  # setattr with a name not statically known on a numerics namespace
+        base = name[:-2]
+        return "numeric" if base.startswith("torch.backends.") and base.count(".") >= 2 else None
     if name in NUMERIC_FLAGS or (name.startswith("torch.backends.") and name.split(".")[-1].startswith(("allow_", "fp32_precision"))):
         return "numeric"
     return None
+
+
+def flat_targets(targets: list[ast.expr]) -> list[ast.expr]:
+    """Assignment targets with tuple/list unpacking flattened (`a.x, b.y = 1, 2`)."""
+    out: list[ast.expr] = []
+    for t in targets:
+        if isinstance(t, ast.Tuple | ast.List):
+            out.extend(flat_targets(list(t.elts)))
+        elif isinstance(t, ast.Starred):
+            out.extend(flat_targets([t.value]))
+        else:
+            out.append(t)
+    return out
+
+
+def setattr_names(sub: Submission, call: ast.Call, scope: Scope) -> list[str]:
+    """`base.attr` for every attribute a `setattr(base, attr, v)` may set; `base.*` when the
+    attribute name is not statically known."""
+    base = S.deep_qualname(sub, call.args[0], scope)
+    if not base:
+        return []
+    attrs = S.string_candidates(sub, call.args[1], scope)
+    if attrs is None:
+        return [f"{base}.*"]
+    return [f"{base}.{a}" for a in sorted(attrs)]
+
+
+# setter -> getter of the same process-global value (a saved reading restores it)
+_GETTERS = {
+    "torch.set_float32_matmul_precision": "torch.get_float32_matmul_precision",
+    "torch.set_default_dtype": "torch.get_default_dtype",
+    "torch.use_deterministic_algorithms": "torch.are_deterministic_algorithms_enabled",
+    "torch.set_flush_denormal": None,
+}
+
+
+def _is_saved_reading(sub: Submission, value: ast.expr | None, scope: Scope, flag: str) -> bool:
+    """The value is the flag's own earlier reading: `old = <flag>` (or `old = <getter>()`)."""
+    if value is None:
+        return False
+    getter = _GETTERS.get(flag)
+    cands: list[ast.expr] = [value]
+    if isinstance(value, ast.Name) and scope.func is not None and value.id not in scope.func.params:
+        cands = list(scope.values_of(value.id)) or cands
+    for v in cands:
+        if isinstance(v, ast.Call) and getter and S.deep_qualname(sub, v.func, scope) == getter:
+            return True
+        if isinstance(v, ast.Attribute) and S.deep_qualname(sub, v, scope) == flag:
+            return v is not value
+    return False
+
+
+def _stmt_of(module: PyModule, node: ast.AST) -> ast.stmt | None:
+    if isinstance(node, ast.stmt):
+        return node
+    for anc in module.ancestors(node):
+        if isinstance(anc, ast.stmt):
+            return anc
+    return None
+
+
+def _siblings(module: PyModule, stmt: ast.stmt) -> list[ast.stmt]:
+    parent = module.parents.get(stmt)
+    for field in ("body", "orelse", "finalbody"):
+        lst = getattr(parent, field, None)
+        if isinstance(lst, list) and any(x is stmt for x in lst):
+            return lst
+    return []
+
+
+def _restored_after(module: PyModule, set_stmt: ast.stmt, restore: ast.stmt) -> bool:
+    """The restore runs whenever the set ran: in the `finally` of a try that holds the set or
+    follows it, or as a later unconditional statement of the same block."""
+    sibs = _siblings(module, set_stmt)
+    later = sibs[next(i for i, x in enumerate(sibs) if x is set_stmt) + 1 :] if sibs else []
+    if any(x is restore for x in later):
+        return True
+    for anc in module.ancestors(restore):
+        if isinstance(anc, ast.Try) and any(restore is n for st in anc.finalbody for n in ast.walk(st)):
+            holds = any(set_stmt is n for st in anc.body for n in ast.walk(st))
+            if holds or any(x is anc for x in later):
+                return True
+    return False
+
+
+def _used_as_context(sub: Submission, func: FunctionInfo) -> bool:
+    """A generator context manager is only scoped when every use is a `with` item (a hand-made
+    `__enter__()` / `next()` with no exit leaves the change in place)."""
+    if not any(isinstance(n, ast.Yield | ast.YieldFrom) for n in walk_body(func.node)):
+        return True
+    for module, _caller, call in sub.callers(func):
+        if not isinstance(module.parents.get(call), ast.withitem):
+            return False
+    return True
+
+
+def _is_scoped(sub: Submission, module: PyModule, func: FunctionInfo | None, node: ast.AST, flag: str) -> bool:
+    """The change is undone before the function hands control back (save / set / restore)."""
+    if func is None:
+        return False
+    scope = module.scope(func)
+    set_stmt = _stmt_of(module, node)
+    if set_stmt is None:
+        return False
+    for other in walk_body(func.node):
+        restore_value: ast.expr | None = None
+        if isinstance(other, ast.Assign) and other is not node:
+            if any(isinstance(t, ast.Attribute) and S.deep_qualname(sub, t, scope) == flag for t in flat_targets(other.targets)):
+                restore_value = other.value
+        elif isinstance(other, ast.Call) and other is not node and other.args:
+            if S.deep_qualname(sub, other.func, scope) == flag:
+                restore_value = other.args[0]
+        if restore_value is None or not _is_saved_reading(sub, restore_value, scope, flag):
+            continue
+        restore_stmt = _stmt_of(module, other)
+        if restore_stmt is not None and _restored_after(module, set_stmt, restore_stmt):
+            return _used_as_context(sub, func)
+    return False
 
 
 def check(ctx: AuditContext) -> Iterable[Finding]:
@@ -95,21 +229,21 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             continue
         names: list[tuple[str, ast.AST]] = []
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets = flat_targets(node.targets if isinstance(node, ast.Assign) else [node.target])
+            value = node.value if isinstance(node, ast.Assign) else None
             for t in targets:
-                q = sub.qualname(t, scope) if isinstance(t, ast.Attribute) else None
-                if q:
+                q = S.deep_qualname(sub, t, scope) if isinstance(t, ast.Attribute) else None
+                if q and _classify(q) and not _is_saved_reading(sub, value, scope, q) and not _is_scoped(sub, module, func, node, q):
                     names.append((q, node))
         elif isinstance(node, ast.Call):
-            q = sub.qualname(node.func, scope) or ""
-            if q == "setattr" and len(node.args) >= 2:
-                base = sub.qualname(node.args[0], scope)
-                attr = sub.fold_str(node.args[1], scope)
-                if base and attr:
-                    names.append((f"{base}.{attr}", node))
+            q = S.deep_qualname(sub, node.func, scope) or ""
+            if q in ("setattr", "builtins.setattr") and len(node.args) >= 2:
+                for name in setattr_names(sub, node, scope):
+                    names.append((name, node))
             elif q in NUMERIC_CALLS:
-                names.append((q, node))
-                q = ""
+                restoring = bool(node.args) and _is_saved_reading(sub, node.args[0], scope, q)
+                if not restoring and not _is_scoped(sub, module, func, node, q):
+                    names.append((q, node))
         for name, at in names:
             kind = "numeric" if name in NUMERIC_CALLS else _classify(name)
             if kind is None:

@@ -3,7 +3,11 @@
 What it flags: assignment (or ``setattr``) to functions and classes the grader relies on:
 anything under ``torch.*`` (other than the numerics flags KA110 covers), ``torch.Tensor.*``,
 ``builtins.*``, ``time.*``, ``numpy.allclose``/``math.isclose``, ``torch.cuda.Event``,
-``torch.cuda.synchronize``, ``torch.testing.*``, ``torch.nn.Module.__call__``.
+``torch.cuda.synchronize``, ``torch.testing.*``, ``torch.nn.Module.__call__`` -- also through
+``torch.__dict__[name]`` / ``vars(mod)[name]``, tuple targets, loops over a dict of patches, and
+``unittest.mock.patch`` / ``patch.object`` / ``patch.multiple`` started outside a ``with`` block
+or decorator. Configuration data is not the grader's surface and is not flagged:
+``torch._dynamo.config.*`` / ``torch._inductor.config.*`` and ``CUDA_HOME``-style module constants.
 
 Why it matters: the checker compares with ``torch.allclose``/``torch.testing`` and the benchmark
 times with ``torch.cuda.Event`` and ``synchronize``; replacing any of them from the solution's
@@ -20,16 +24,24 @@ Good::
 
     if not hasattr(datetime, "UTC"):
         datetime.UTC = datetime.timezone.utc   # stdlib compat shim
+    torch.utils.cpp_extension.CUDA_HOME = "/usr/local/cuda"   # toolchain routing
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.rules.static.ka110_global_torch_state_change import NUMERIC_FLAGS, PERF_FLAGS
+from audit_rules.rules.static.ka110_global_torch_state_change import (
+    NUMERIC_FLAGS,
+    PERF_FLAGS,
+    flat_targets,
+    setattr_names,
+)
+from audit_rules.source_model import PyModule, Scope, Submission
 
 RULE = RuleMeta(
     id="KA111",
@@ -51,12 +63,45 @@ _CHECKER_FUNCS = {
 _PREFIXES = ("torch.", "builtins.", "time.", "numpy.testing.", "triton.testing.")
 
 
+_CONSTANT = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+")  # CUDA_HOME-style module constants
+_MOCK_PATCH = {"unittest.mock.patch", "mock.patch", "unittest.mock.patch.object", "mock.patch.object",
+               "unittest.mock.patch.multiple", "mock.patch.multiple"}
+
+
 def _protected(name: str) -> bool:
     if name in NUMERIC_FLAGS or name in PERF_FLAGS or name.startswith("torch.backends."):
         return False  # KA110
     if name in _CHECKER_FUNCS:
         return True
+    parts = name.split(".")
+    if "config" in parts[1:-1] or _CONSTANT.fullmatch(parts[-1]):
+        # configuration data, not a function the grader calls: torch._dynamo.config.cache_size_limit,
+        # torch._inductor.config.*, torch.utils.cpp_extension.CUDA_HOME (toolchain routing)
+        return False
     return name.startswith(_PREFIXES) and name.count(".") >= 1
+
+
+def _patched_by_mock(sub: Submission, call: ast.Call, q: str, scope: Scope) -> list[str]:
+    """What a unittest.mock patcher replaces: patch("torch.x"), patch.object(torch, "x"),
+    patch.multiple(torch, x=...)."""
+    if q.endswith(".object") and len(call.args) >= 2:
+        base = S.deep_qualname(sub, call.args[0], scope)
+        attrs = S.string_candidates(sub, call.args[1], scope)
+        return [f"{base}.{a}" for a in sorted(attrs or ())] if base else []
+    if q.endswith(".multiple") and call.args:
+        base = S.deep_qualname(sub, call.args[0], scope)
+        return [f"{base}.{k.arg}" for k in call.keywords if k.arg] if base else []
+    if call.args:
+        return sorted(S.string_candidates(sub, call.args[0], scope) or ())
+    return []
+
+
+def _scoped_patch(module: PyModule, call: ast.Call) -> bool:
+    """`with mock.patch(...):` or a decorator: undone when the block / function ends."""
+    parent = module.parents.get(call)
+    if isinstance(parent, ast.withitem):
+        return True
+    return isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef) and any(d is call for d in parent.decorator_list)
 
 
 def check(ctx: AuditContext) -> Iterable[Finding]:
@@ -68,19 +113,19 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         scope = module.scope(func)
         hits: list[str] = []
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets = flat_targets(node.targets if isinstance(node, ast.Assign) else [node.target])
             for t in targets:
-                if isinstance(t, ast.Attribute):
-                    q = sub.qualname(t, scope)
+                # torch.x = f, and torch.__dict__["x"] = f / vars(torch)["x"] = f (module dicts are writable)
+                if isinstance(t, ast.Attribute | ast.Subscript):
+                    q = S.deep_qualname(sub, t, scope)
                     if q and _protected(q):
                         hits.append(q)
         elif isinstance(node, ast.Call):
-            q = sub.qualname(node.func, scope) or ""
+            q = S.deep_qualname(sub, node.func, scope) or ""
             if q in ("setattr", "builtins.setattr") and len(node.args) >= 2:
-                base = sub.qualname(node.args[0], scope)
-                attr = sub.fold_str(node.args[1], scope)
-                if base and attr and _protected(f"{base}.{attr}"):
-                    hits.append(f"{base}.{attr}")
+                hits.extend(n for n in setattr_names(sub, node, scope) if _protected(n))
+            elif q in _MOCK_PATCH and not _scoped_patch(module, node):
+                hits.extend(n for n in _patched_by_mock(sub, node, q, scope) if _protected(n))
         for name in hits:
             out.append(
                 S.py_finding(

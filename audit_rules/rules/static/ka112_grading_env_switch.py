@@ -9,7 +9,13 @@ What it flags: environment variable writes and reads, classified by the variable
   ``TORCH_EXTENSIONS_DIR``, ``TRITON_CACHE_DIR``, ``CC``/``CXX``, NVCC flags, ``MAX_JOBS``): nothing;
 * process-global numerics overrides (``NVIDIA_TF32_OVERRIDE``, ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``):
   the fresh-vs-warm probe;
+* device/runtime variables read by the solution (``TRITON_INTERPRET``, ``CUDA_VISIBLE_DEVICES``,
+  ``LOCAL_RANK`` ...): nothing;
 * the solution's own knobs (``MEGA_STOP``, ``KIMI_EAGER``): advisory.
+
+Keys are resolved through folding, loops over a dict of settings (``for k, v in ENV.items()``),
+``os.environ |= {...}`` / ``update(NAME)``, and helper parameters: ``def _env(k, v):
+os.environ.setdefault(k, v)`` is judged by the key each call site passes (reported there).
 
 Why it matters: the harness reads ``KBH_NUMERIC_STRESS`` and tolerance knobs from the
 environment of the process that imports the solution; setting them from solution.py turns numeric
@@ -33,7 +39,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import FunctionInfo, PyModule, Submission
+from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission
 
 RULE = RuleMeta(
     id="KA112",
@@ -54,6 +60,11 @@ _TOOLCHAIN = re.compile(
     r"PYTHONPATH|CUDA_MODULE_LOADING|CUDA_CACHE_PATH|CUDA_CACHE_MAXSIZE|TRITON_PRINT_AUTOTUNING|"
     r"TORCHINDUCTOR_CACHE_DIR|NINJA|DISTUTILS_USE_SDK|TRITON_LIBCUDA_PATH)$"
 )
+# device/launcher/runtime variables a kernel legitimately reads (interpreter mode, visible GPUs, ranks)
+_RUNTIME = re.compile(
+    r"^(TRITON_INTERPRET|TRITON_DEBUG|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|CUDA_LAUNCH_BLOCKING|LOCAL_RANK|RANK|"
+    r"WORLD_SIZE|LOCAL_WORLD_SIZE|OMP_NUM_THREADS|PYTORCH_CUDA_ALLOC_CONF|CUDA_DEVICE_MAX_CONNECTIONS)$"
+)
 _NUMERIC_GLOBAL = re.compile(r"^(NVIDIA_TF32_OVERRIDE|TORCH_ALLOW_TF32_CUBLAS_OVERRIDE|CUBLAS_WORKSPACE_CONFIG|CUBLASLT_.*)$")
 
 _WRITE_METHODS = {"setdefault", "update", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
@@ -65,42 +76,88 @@ def _is_environ(expr: ast.expr, sub: Submission, module: PyModule, func: Functio
     return q in ("os.environ", "environ", "posix.environ")
 
 
-def _accesses(sub: Submission) -> Iterable[tuple[PyModule, FunctionInfo | None, ast.AST, str, str | None]]:
-    """(module, func, node, 'write'|'read', key or None) for every environment access."""
+Key = ast.expr | str | None  # the key expression, a keyword's name, or None (unknown)
+
+
+def _accesses(sub: Submission) -> Iterable[tuple[PyModule, FunctionInfo | None, ast.AST, str, Key]]:
+    """(module, func, node, 'write'|'read', key) for every environment access."""
     for module, func, node in sub.iter_nodes():
         scope = module.scope(func)
         if isinstance(node, ast.Assign | ast.AugAssign | ast.Delete):
             targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
             for t in targets:
                 if isinstance(t, ast.Subscript) and _is_environ(t.value, sub, module, func):
-                    yield module, func, node, "write", sub.fold_str(t.slice, scope)
+                    yield module, func, node, "write", t.slice
+                elif isinstance(node, ast.AugAssign) and _is_environ(t, sub, module, func):
+                    # os.environ |= {"KBH_X": "0"}
+                    yield from ((module, func, node, "write", k) for k in _dict_keys(sub, node.value, scope))
         elif isinstance(node, ast.Call):
             q = sub.qualname(node.func, scope) or ""
             if q in ("os.putenv", "os.unsetenv"):
-                yield module, func, node, "write", sub.fold_str(node.args[0], scope) if node.args else None
+                yield module, func, node, "write", node.args[0] if node.args else None
             elif q in ("os.getenv", "os.environ.get"):
-                yield module, func, node, "read", sub.fold_str(node.args[0], scope) if node.args else None
+                yield module, func, node, "read", node.args[0] if node.args else None
             elif isinstance(node.func, ast.Attribute) and _is_environ(node.func.value, sub, module, func):
                 m = node.func.attr
                 if m == "update":
-                    keys: list[str | None] = []
+                    keys: list[Key] = []
                     for a in node.args:
-                        if isinstance(a, ast.Dict):
-                            keys.extend(sub.fold_str(k, scope) if k is not None else None for k in a.keys)
-                        else:
-                            keys.append(None)
+                        keys.extend(_dict_keys(sub, a, scope))
                     keys.extend(k.arg for k in node.keywords)
                     for k in keys or [None]:
                         yield module, func, node, "write", k
                 elif m in _WRITE_METHODS:
-                    yield module, func, node, "write", sub.fold_str(node.args[0], scope) if node.args else None
+                    yield module, func, node, "write", node.args[0] if node.args else None
                 elif m in _READ_METHODS:
-                    yield module, func, node, "read", sub.fold_str(node.args[0], scope) if node.args else None
+                    yield module, func, node, "read", node.args[0] if node.args else None
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value, sub, module, func):
-            yield module, func, node, "read", sub.fold_str(node.slice, scope)
+            yield module, func, node, "read", node.slice
         elif isinstance(node, ast.Compare) and any(isinstance(o, ast.In | ast.NotIn) for o in node.ops):
             if any(_is_environ(c, sub, module, func) for c in node.comparators):
-                yield module, func, node, "read", sub.fold_str(node.left, scope)
+                yield module, func, node, "read", node.left
+
+
+def _dict_keys(sub: Submission, expr: ast.expr, scope: Scope) -> list[Key]:
+    items = S.as_dict_items(sub, expr, scope)
+    if items is None:
+        return [None]
+    return [k for k, _v in items]
+
+
+def _param_index(func: FunctionInfo, name: str) -> int:
+    idx = func.params.index(name)
+    if func.cls and func.params and func.params[0] in ("self", "cls"):
+        idx -= 1
+    return idx
+
+
+def _resolve(
+    sub: Submission, module: PyModule, func: FunctionInfo | None, node: ast.AST, key: Key
+) -> list[tuple[PyModule, FunctionInfo | None, ast.AST, str | None]]:
+    """Each statically known key of an access, with the node to report it at: the key folded,
+    followed through loops over dicts, or -- when it is a parameter of a helper such as
+    `def _env(k, v): os.environ.setdefault(k, v)` -- taken from every call site (reported there)."""
+    if key is None or isinstance(key, str):
+        return [(module, func, node, key)]
+    scope = module.scope(func)
+    cands = S.string_candidates(sub, key, scope)
+    if cands is not None:
+        return [(module, func, node, k) for k in sorted(cands)]
+    if isinstance(key, ast.Name) and func is not None and key.id in func.params:
+        idx = _param_index(func, key.id)
+        out: list[tuple[PyModule, FunctionInfo | None, ast.AST, str | None]] = []
+        sites = sub.callers(func)
+        for cmod, caller, call in sites:
+            arg = next((k.value for k in call.keywords if k.arg == key.id), None)
+            if arg is None and 0 <= idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
+                arg = call.args[idx]
+            got = S.string_candidates(sub, arg, cmod.scope(caller)) if arg is not None else None
+            if got is None:
+                return [(module, func, node, None)]
+            out.extend((cmod, caller, call, k) for k in sorted(got))
+        if sites:
+            return out
+    return [(module, func, node, None)]
 
 
 def _steers_branch(module: PyModule, func: FunctionInfo | None, node: ast.AST) -> bool:
@@ -136,7 +193,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     if sub is None:
         return []
     out: list[Finding] = []
-    for module, func, node, op, key in _accesses(sub):
+    accesses = [r for m, f, n, op, k in _accesses(sub) for r in ((op, x) for x in _resolve(sub, m, f, n, k))]
+    for op, (module, func, node, key) in accesses:
         if module.in_main_guard(node):
             continue
         data = {"topic": "numeric_stress", "env": key, "op": op, "where": sub.where(func)}
@@ -156,7 +214,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     )
                 )
             continue
-        if _TOOLCHAIN.match(key):
+        if _TOOLCHAIN.match(key) or (op == "read" and _RUNTIME.match(key)):
             continue
         if _HARNESS.search(key):
             if op == "write":

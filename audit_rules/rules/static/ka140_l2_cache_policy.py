@@ -2,9 +2,15 @@
 
 What it flags: manipulation of L2 residency against the benchmark's cold-cache contract:
 
-* Triton ``tl.load(..., eviction_policy="evict_last")``;
+* Triton ``tl.load(..., eviction_policy="evict_last")``, the policy followed into kernel
+  parameters: launch arguments (keyword, positional or a ``**dict`` spread), ``triton.Config``
+  dicts of ``@triton.autotune``, ``@triton.heuristics``, the parameter's default when a launch
+  leaves it, and ternaries inside the kernel;
 * PTX ``createpolicy...L2::evict_last``, ``.L2::evict_last`` / ``L2::cache_hint`` loads,
-  ``applypriority``, ``prefetch...L2::evict_last``;
+  ``applypriority``, ``prefetch...L2::evict_last`` (adjacent C string literals are joined first,
+  as the compiler does: ``"...L2::evict_" "last.b64 %0, 1.0;"``);
+* libcu++ ``cuda::access_property::persisting``, driver ``CU_LIMIT_PERSISTING_L2_CACHE_SIZE`` /
+  ``CU_ACCESS_PROPERTY_PERSISTING``;
 * ``cudaAccessPolicyWindow`` / ``accessPolicyWindow`` with ``hitProp = cudaAccessPropertyPersisting``,
   ``cudaStreamSetAttribute(..., cudaStreamAttributeAccessPolicyWindow)``,
   ``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, ...)``; from Python too (ctypes on
@@ -43,7 +49,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import Scope, Submission
+from audit_rules.source_model import FunctionInfo, NativeSource, Scope, Submission, TritonLoad
 
 RULE = RuleMeta(
     id="KA140",
@@ -56,7 +62,7 @@ RULE = RuleMeta(
 )
 
 _PERSIST = re.compile(
-    r"(cudaLimitPersistingL2CacheSize|cudaAccessPropertyPersisting|accessPolicyWindow|cudaStreamAttributeAccessPolicyWindow"
+    r"(cudaLimitPersistingL2CacheSize|CU_LIMIT_PERSISTING_L2_CACHE_SIZE|CU_ACCESS_PROPERTY_PERSISTING|access_property::persisting|cudaAccessPropertyPersisting|accessPolicyWindow|cudaStreamAttributeAccessPolicyWindow"
     r"|cudaKernelNodeAttributeAccessPolicyWindow|cudaLaunchAttributeAccessPolicyWindow)"
 )
 _EVICT_LAST = re.compile(r"(L2::evict_last|createpolicy\.[\w.]*evict_last|applypriority|evict_last)")
@@ -88,9 +94,12 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     for k in sub.triton:
         for ld in k.loads:
             policies = {ld.eviction_policy} if ld.eviction_policy else set()
-            if ld.eviction_param:  # policy passed in at launch: every value any launch can pass
-                for mod, caller, _call, arg in sub.launch_args(k.func, ld.eviction_param):
-                    policies |= sub.possible_strings(arg, mod.scope(caller))
+            via = _policy_params(k.func, ld)
+            expr = next((kw.value for kw in ld.node.keywords if kw.arg == "eviction_policy"), None)
+            if expr is not None and ld.eviction_policy is None:
+                policies |= sub.possible_strings(expr, k.func.module.scope(k.func))
+            for param in via:  # policy passed in: every value a launch, a config or the default can give
+                policies |= _param_values(sub, k.func, param)
             if "evict_last" in policies:
                 eff, sev, why = evict_last_effect()
                 out.append(
@@ -99,7 +108,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                         k.func.module,
                         ld.node,
                         f"{k.func.name} loads with eviction_policy='evict_last'"
-                        + (f" (passed in as {ld.eviction_param})" if ld.eviction_param else "")
+                        + (f" (passed in as {', '.join(via)})" if via else "")
                         + f". {why}",
                         effect=eff,
                         severity=sev,
@@ -109,7 +118,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     for src in sub.native:
         if not src.loaded:
             continue
-        for tl, _, m in src.find(_PERSIST):
+        for tl, m in _find_joined(src, _PERSIST):
             out.append(
                 S.native_finding(
                     RULE,
@@ -122,7 +131,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     data={"topic": "l2_policy", "mechanism": "persisting_window"},
                 )
             )
-        for tl, _, m in src.find(_EVICT_LAST):
+        for tl, m in _find_joined(src, _EVICT_LAST):
             eff, sev, why = evict_last_effect()
             out.append(
                 S.native_finding(
@@ -260,3 +269,142 @@ def _arg_means(sub: Submission, expr: ast.expr, scope: Scope, values: tuple[int,
             text += " " + scope.module.segment(val).lower().replace("_", "")
     return any(w.replace("_", "") in text for w in words)
 
+
+
+def _find_joined(src: NativeSource, rx: re.Pattern[str]) -> list[tuple[int, re.Match[str]]]:
+    """(text line, match) over the comment-free code with adjacent C string literals joined, as the
+    compiler joins them: `"createpolicy.fractional.L2::evict_" "last.b64 %0, 1.0;"` is one PTX
+    string. A match reports the line where it starts."""
+    code = "\n".join(src.code)
+    chars: list[str] = []
+    lines: list[int] = []
+    line = 1
+    i = 0
+    n = len(code)
+    while i < n:
+        if code[i] == '"':
+            j = i + 1
+            while j < n and code[j] in " \t\r\n":
+                j += 1
+            if j < n and j > i + 1 and code[j] == '"' and chars and _in_string(chars):
+                line += code.count("\n", i, j)
+                i = j + 1
+                continue
+        chars.append(code[i])
+        lines.append(line)
+        if code[i] == "\n":
+            line += 1
+        i += 1
+    joined = "".join(chars)
+    return [(lines[m.start()], m) for m in rx.finditer(joined)]
+
+
+def _in_string(chars: list[str]) -> bool:
+    """Is the quote about to be read the closing quote of a string literal (odd count of unescaped
+    quotes on the current joined line)?"""
+    count = 0
+    k = len(chars) - 1
+    while k >= 0 and chars[k] != "\n":
+        if chars[k] == '"' and (k == 0 or chars[k - 1] != "\\"):
+            count += 1
+        k -= 1
+    return count % 2 == 1
+
+
+def _policy_params(func: FunctionInfo, ld: TritonLoad) -> list[str]:
+    """Kernel parameters the eviction_policy expression reads (`EV`, `EV if PIN else "evict_first"`)."""
+    expr = next((kw.value for kw in ld.node.keywords if kw.arg == "eviction_policy"), None)
+    if expr is None:
+        return []
+    params = func.params
+    return sorted({n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id in params})
+
+
+def _param_values(sub: Submission, func: FunctionInfo, param: str) -> set[str]:
+    """Every string a kernel parameter can take: launch arguments (keyword, positional, or a
+    `**dict` spread into the launch), autotune `triton.Config` dicts and heuristics, and the
+    parameter's default when some launch (or no known launch) leaves it to the default."""
+    out: set[str] = set()
+    from_configs = _config_values(sub, func, param)
+    out |= from_configs
+    params = func.params
+    idx = params.index(param)
+    sites = sub.callers(func)
+    defaulted = not sites and not from_configs
+    for mod, caller, call in sites:
+        scope = mod.scope(caller)
+        arg = next((k.value for k in call.keywords if k.arg == param), None)
+        if arg is None and idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
+            arg = call.args[idx]
+        if arg is None:
+            for k in call.keywords:
+                if k.arg is None:  # launch(**cfg)
+                    for key, val in S.as_dict_items(sub, k.value, scope) or []:
+                        name = key if isinstance(key, str) else sub.fold_str(key, scope)
+                        if name == param:
+                            arg = val
+        if arg is not None:
+            out |= sub.possible_strings(arg, scope)
+        elif not from_configs:
+            defaulted = True
+    if defaulted:
+        default = _default_of(func, param)
+        if default is not None:
+            out |= sub.possible_strings(default, func.module.scope(None))
+    return out
+
+
+def _default_of(func: FunctionInfo, param: str) -> ast.expr | None:
+    a = func.node.args
+    positional = a.posonlyargs + a.args
+    if any(p.arg == param for p in positional):
+        i = [p.arg for p in positional].index(param) - (len(positional) - len(a.defaults))
+        return a.defaults[i] if i >= 0 else None
+    for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+        if p.arg == param:
+            return d
+    return None
+
+
+def _config_values(sub: Submission, func: FunctionInfo, param: str) -> set[str]:
+    """Values `@triton.autotune(configs=[triton.Config({...})])` / `@triton.heuristics({...})` give."""
+    out: set[str] = set()
+    scope = func.module.scope(None)
+    for deco in func.node.decorator_list:
+        if not isinstance(deco, ast.Call):
+            continue
+        q = sub.qualname(deco.func, scope) or ""
+        short = q.rsplit(".", 1)[-1]
+        if short == "autotune":
+            configs = next((k.value for k in deco.keywords if k.arg == "configs"), deco.args[0] if deco.args else None)
+            for cfg in _elements(sub, configs, scope):
+                if isinstance(cfg, ast.Call):
+                    kw = next((k.value for k in cfg.keywords if k.arg == "kwargs"), cfg.args[0] if cfg.args else None)
+                    for key, val in (S.as_dict_items(sub, kw, scope) or []) if kw is not None else []:
+                        name = key if isinstance(key, str) else sub.fold_str(key, scope)
+                        if name == param:
+                            out |= sub.possible_strings(val, scope)
+        elif short == "heuristics":
+            table = next((k.value for k in deco.keywords if k.arg == "values"), deco.args[0] if deco.args else None)
+            for key, val in (S.as_dict_items(sub, table, scope) or []) if table is not None else []:
+                name = key if isinstance(key, str) else sub.fold_str(key, scope)
+                if name == param:
+                    body = val.body if isinstance(val, ast.Lambda) else val
+                    out |= sub.possible_strings(body, scope)
+    return out
+
+
+def _elements(sub: Submission, expr: ast.expr | None, scope: Scope, depth: int = 0) -> list[ast.expr]:
+    """Elements of a list/tuple literal, a name bound to one, or a concatenation of those."""
+    if expr is None or depth > 4:
+        return []
+    if isinstance(expr, ast.List | ast.Tuple):
+        return list(expr.elts)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return _elements(sub, expr.left, scope, depth + 1) + _elements(sub, expr.right, scope, depth + 1)
+    if isinstance(expr, ast.ListComp):
+        return [expr.elt]
+    if isinstance(expr, ast.Name):
+        val = scope.latest(expr.id)
+        return _elements(sub, val, scope, depth + 1) if val is not None and val is not expr else []
+    return []

@@ -1,10 +1,15 @@
 """KA141 timing-escape.
 
 What it flags: work launched where the benchmark's CUDA events do not see it: side streams
-(``torch.cuda.Stream`` used with ``torch.cuda.stream(s)``, C++ ``cudaStreamCreate`` + launches on it)
-or Python threads/executors, with no join before forward returns (no ``wait_stream``,
-``s.synchronize()``, ``torch.cuda.synchronize()``, ``wait_event``, ``thread.join()``,
-``future.result()``; C++ ``cudaStreamSynchronize``/``cudaStreamWaitEvent``/``cudaDeviceSynchronize``).
+(``with torch.cuda.stream(s)``, ``torch.cuda.set_stream(s)``, a created stream's raw
+``s.cuda_stream`` handle passed to an extension; C++ ``cudaStreamCreate`` + launches on it) or
+Python threads/executors, with no join of THAT object anywhere on the live path
+(``wait_stream(s)``, ``s.synchronize()``, device-wide ``torch.cuda.synchronize()``,
+``wait_event(ev)`` of an event recorded on ``s``, ``t.join()`` of that thread, ``fut.result()`` /
+``pool.shutdown()``; C++ ``cudaStreamSynchronize``/``cudaStreamWaitEvent``/``cudaDeviceSynchronize``).
+Joins are matched by object, so a string ``",".join(...)`` joins nothing; a join in a helper or
+in the caller counts; a helper's stream parameter that every caller fills with the current
+stream is no side stream.
 
 Why it matters: the benchmark records events on the current stream; kernels on another stream
 that the current stream never waits for finish outside the timed window, so the measured time
@@ -32,7 +37,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import walk_body
+from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
 
 RULE = RuleMeta(
     id="KA141",
@@ -44,7 +49,105 @@ RULE = RuleMeta(
     probe=Probe.STREAM_ESCAPE,
 )
 
-_JOIN_CALLS = {"wait_stream", "synchronize", "wait_event", "join", "result", "wait", "shutdown", "record_stream"}
+_THREADS = {"threading.Thread", "multiprocessing.Process", "_thread.start_new_thread", "thread.start_new_thread"}
+_WAIT_ALL = {"concurrent.futures.wait", "concurrent.futures.as_completed"}
+
+
+def _key(expr: ast.expr | None, scope: Scope, depth: int = 0) -> str | None:
+    """A name for the object an expression denotes, shared by the places that use it: `self.X`,
+    a module global, or a local (followed through plain local aliases)."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls"):
+        return f"self.{expr.attr}"
+    if isinstance(expr, ast.Name):
+        if scope.func is not None and expr.id not in scope.func.params:
+            val = scope.latest(expr.id, expr.lineno)
+            if isinstance(val, ast.Name | ast.Attribute) and val is not expr:
+                return _key(val, scope, depth + 1)
+            if val is not None:
+                return f"{scope.func.name}:{expr.id}"
+        if scope.func is not None and expr.id in scope.func.params:
+            return f"{scope.func.name}:{expr.id}"
+        return f"global:{expr.id}"
+    return None
+
+
+def _values(expr: ast.expr, scope: Scope) -> list[ast.expr]:
+    """What a name / self attribute was bound to (all bindings)."""
+    module = scope.module
+    if isinstance(expr, ast.Name):
+        vals = scope.values_of(expr.id) if scope.func is not None and expr.id not in scope.func.params else []
+        return vals or module.scope(None).values_of(expr.id)
+    if (
+        isinstance(expr, ast.Attribute)
+        and isinstance(expr.value, ast.Name)
+        and expr.value.id == "self"
+        and scope.func is not None
+        and scope.func.cls
+    ):
+        return [v for _f, v in module.self_assigns(scope.func.cls).get(expr.attr, [])]
+    return []
+
+
+def _is_current_stream(sub: Submission, expr: ast.expr | None, scope: Scope, depth: int = 0) -> bool:
+    """torch.cuda.current_stream() / default_stream(), directly or through a name bound to it."""
+    if expr is None or depth > 4:
+        return False
+    if isinstance(expr, ast.Call):
+        q = sub.qualname(expr.func, scope) or ""
+        return "current_stream" in q or "default_stream" in q or S.call_name(expr) in ("current_stream", "default_stream")
+    func = scope.func
+    if isinstance(expr, ast.Name) and func is not None and expr.id in func.params:
+        # a helper's stream parameter: current when every caller passes the current stream
+        idx = func.params.index(expr.id) - (1 if func.cls and func.params[0] in ("self", "cls") else 0)
+        args: list[tuple[ast.expr, Scope]] = []
+        for mod, caller, call in sub.callers(func):
+            arg = next((k.value for k in call.keywords if k.arg == expr.id), None)
+            if arg is None and 0 <= idx < len(call.args):
+                arg = call.args[idx]
+            if arg is None:
+                return False
+            args.append((arg, mod.scope(caller)))
+        return bool(args) and all(_is_current_stream(sub, a, sc, depth + 1) for a, sc in args)
+    vals = _values(expr, scope)
+    return bool(vals) and all(_is_current_stream(sub, v, scope, depth + 1) for v in vals if v is not expr)
+
+
+def _is_created_stream(sub: Submission, expr: ast.expr, scope: Scope) -> bool:
+    """Bound to a stream the submission creates (torch.cuda.Stream(...), torch.cuda.streams.Stream)."""
+    for v in _values(expr, scope):
+        if isinstance(v, ast.Call) and (sub.qualname(v.func, scope) or S.call_name(v)).rsplit(".", 1)[-1] in (
+            "Stream",
+            "ExternalStream",
+        ):
+            return True
+    return False
+
+
+def _assigned_key(module: PyModule, node: ast.AST, scope: Scope) -> str | None:
+    parent = module.parents.get(node)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return _key(parent.targets[0], scope)
+    return None
+
+
+def _is_executor(sub: Submission, module: PyModule, recv: ast.expr, scope: Scope) -> bool:
+    for v in _values(recv, scope):
+        if isinstance(v, ast.Call) and (sub.qualname(v.func, scope) or S.call_name(v)).endswith("Executor"):
+            return True
+    return "executor" in module.segment(recv).lower() or "pool" in module.segment(recv).lower()
+
+
+def _enclosing_stream(sub: Submission, module: PyModule, node: ast.AST, scope: Scope) -> str | None:
+    """The stream of the innermost `with torch.cuda.stream(S):` holding the node."""
+    for anc in module.ancestors(node):
+        if isinstance(anc, ast.With):
+            for item in anc.items:
+                ce = item.context_expr
+                if isinstance(ce, ast.Call) and (sub.qualname(ce.func, scope) or "").endswith(("cuda.stream", "StreamContext")):
+                    return _key(ce.args[0], scope) if ce.args else None
+    return None
 
 
 def check(ctx: AuditContext) -> Iterable[Finding]:
@@ -53,44 +156,89 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         return []
     out: list[Finding] = []
     live = sub.reach().live
+    # (module, func, node, what, keys of the objects whose join would cover it)
+    escapes: list[tuple[PyModule, FunctionInfo, ast.AST, str, set[str]]] = []
+    joined: set[str] = set()
+    device_sync = False
+    event_streams: dict[str, set[str]] = {}
+    waited_events: set[str] = set()
     for func in sorted(live, key=lambda f: (f.module.path, f.node.lineno)):
         if func.is_triton:
             continue
         module = func.module
         scope = module.scope(func)
-        escapes: list[tuple[ast.AST, str]] = []
-        joined = False
         for node in walk_body(func.node):
             if isinstance(node, ast.With):
                 for item in node.items:
                     ce = item.context_expr
-                    if isinstance(ce, ast.Call) and (sub.qualname(ce.func, scope) or "").endswith("cuda.stream"):
+                    if isinstance(ce, ast.Call) and (sub.qualname(ce.func, scope) or "").endswith(("cuda.stream", "StreamContext")):
                         arg = ce.args[0] if ce.args else None
-                        argq = sub.qualname(arg, scope) if arg is not None else None
-                        if argq and ("current_stream" in argq or "default_stream" in argq):
+                        if _is_current_stream(sub, arg, scope):
                             continue
-                        if isinstance(arg, ast.Call) and S.call_name(arg) in ("current_stream", "default_stream"):
-                            continue
-                        escapes.append((node, "side stream"))
+                        key = _key(arg, scope)
+                        escapes.append((module, func, node, "side stream", {key} if key else set()))
+            elif isinstance(node, ast.Attribute) and node.attr == "cuda_stream" and isinstance(node.ctx, ast.Load):
+                # a raw handle of a private stream handed to an extension / launcher
+                parent = module.parents.get(node)
+                if isinstance(parent, ast.keyword):
+                    parent = module.parents.get(parent)
+                if isinstance(parent, ast.Call) and parent.func is not node and _is_created_stream(sub, node.value, scope):
+                    key = _key(node.value, scope)
+                    escapes.append((module, func, parent, "side stream", {key} if key else set()))
             elif isinstance(node, ast.Call):
                 q = sub.qualname(node.func, scope) or ""
                 name = S.call_name(node)
-                if q in ("threading.Thread", "multiprocessing.Process") or name in ("submit", "map") and "executor" in module.segment(node.func).lower() or name == "start_new_thread":
-                    escapes.append((node, "thread"))
-                if name in _JOIN_CALLS:
-                    joined = True
-        if escapes and not joined:
-            for node, what in escapes:
-                out.append(
-                    S.py_finding(
-                        RULE,
-                        module,
-                        node,
-                        f"{func.name} launches work on a {what} and returns without joining it: the timed window "
-                        "may close before that work finishes.",
-                        data={"topic": "checked_vs_timed", "mechanism": what},
-                    )
-                )
+                recv = node.func.value if isinstance(node.func, ast.Attribute) else None
+                if q.endswith("cuda.set_stream") and node.args and not _is_current_stream(sub, node.args[0], scope):
+                    key = _key(node.args[0], scope)
+                    escapes.append((module, func, node, "side stream", {key} if key else set()))
+                elif q in _THREADS:
+                    key = _assigned_key(module, node, scope)
+                    escapes.append((module, func, node, "thread", {key} if key else set()))
+                elif name in ("submit", "map") and recv is not None and _is_executor(sub, module, recv, scope):
+                    keys = {k for k in (_assigned_key(module, node, scope), _key(recv, scope)) if k}
+                    escapes.append((module, func, node, "thread", keys))
+                # joins
+                if q.endswith("cuda.synchronize"):  # device-wide: waits for every stream
+                    device_sync = True
+                elif name == "wait_stream" and node.args:
+                    if (k := _key(node.args[0], scope)) is not None:
+                        joined.add(k)
+                elif name in ("join", "result", "synchronize", "shutdown", "wait", "exception") and recv is not None:
+                    if not (isinstance(recv, ast.Constant) and isinstance(recv.value, str)):
+                        if (k := _key(recv, scope)) is not None:
+                            joined.add(k)
+                            waited_events.add(k)
+                elif q in _WAIT_ALL or (name == "wait" and recv is None):
+                    for a in node.args:
+                        for n in ast.walk(a):
+                            if (k := _key(n, scope) if isinstance(n, ast.Name | ast.Attribute) else None) is not None:
+                                joined.add(k)
+                if name == "wait_event" and node.args and (k := _key(node.args[0], scope)) is not None:
+                    waited_events.add(k)
+                elif name == "record" and recv is not None and (ek := _key(recv, scope)) is not None:
+                    sk = _key(node.args[0], scope) if node.args else _enclosing_stream(sub, module, node, scope)
+                    if sk:
+                        event_streams.setdefault(ek, set()).add(sk)
+                elif name == "record_event" and recv is not None and (sk := _key(recv, scope)) is not None:
+                    ek = _key(node.args[0], scope) if node.args else _assigned_key(module, node, scope)
+                    if ek:
+                        event_streams.setdefault(ek, set()).add(sk)
+    for ev in waited_events:
+        joined |= event_streams.get(ev, set())
+    for module, func, node, what, keys in escapes:
+        if keys & joined or (what == "side stream" and device_sync):
+            continue
+        out.append(
+            S.py_finding(
+                RULE,
+                module,
+                node,
+                f"{func.name} launches work on a {what} and forward returns without joining it: the timed window "
+                "may close before that work finishes.",
+                data={"topic": "checked_vs_timed", "mechanism": what},
+            )
+        )
     for src in sub.loaded_native():
         creates = list(src.find(r"\bcudaStreamCreate\w*\s*\("))
         if not creates:
