@@ -137,10 +137,14 @@ def test_cache_classification(decks: Any) -> None:
 def test_graph_replay_classification(decks: Any) -> None:
     reads = {
         e: [f.data["replay_reads"] for f in _run("KA104", e, decks)]
-        for e in ("bad_staging_filled_at_capture.py", "bad_probe_live_buffer_replay.py", "bad_probe_copy_in_then_replay.py")
+        for e in ("bad_staging_filled_at_capture.py", "bad_probe_live_buffer_replay.py", "bad_probe_copy_in_then_replay.py",
+                  "bad_closure_graph_capture_begin.py", "bad_sidecar_capture")
     }
     assert reads == {
         "bad_staging_filled_at_capture.py": ["staging_refreshed_at_capture"],
+        # a local x.clone() captured into the graph: outputs sized from x.shape are not live inputs
+        "bad_closure_graph_capture_begin.py": ["staging_refreshed_at_capture"],
+        "bad_sidecar_capture": ["staging_refreshed_at_capture"],
         "bad_probe_live_buffer_replay.py": ["live"],
         "bad_probe_copy_in_then_replay.py": ["staging_refreshed_each_call"],
     }

@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _caches
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
+from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
 
 RULE = RuleMeta(
     id="KA104",
@@ -97,16 +97,80 @@ def _staging_buffers(module: PyModule, func: FunctionInfo | None, nodes: list[as
         if not isinstance(n, ast.Call):
             continue
         for a in [*n.args, *[k.value for k in n.keywords]]:
+            if isinstance(a, ast.Starred):
+                a = a.value
             root = _caches.is_persistent_value(a, module, func) if isinstance(a, ast.expr) else None
             if root is not None:
                 staging.add(root)
             elif isinstance(a, ast.Name) and func is not None and a.id in func.params and a.id != "self":
                 live = True
             elif isinstance(a, ast.Name) and func is not None:
-                p, _ = S.param_roots(a, module.scope(func))
-                if p:
+                kind = _local_kind(a, module.scope(func), func)
+                if kind == "snapshot":
+                    staging.add(a.id)  # a copy of an input made at capture: replay reads it forever
+                elif kind == "live":
                     live = True
     return staging, live
+
+
+# Calls that return a new tensor holding a copy of their receiver's data (not a view).
+_COPY_CALLS = frozenset({"clone", "copy", "deepcopy"})  # dtype casts may return self: not here
+_VIEW_CALLS = frozenset({"view", "reshape", "t", "transpose", "permute", "narrow", "expand", "as_strided",
+                         "unsqueeze", "squeeze", "flatten", "view_as", "contiguous", "detach", "__getitem__"})
+
+
+def _local_kind(name: ast.Name, scope: Scope, func: FunctionInfo, depth: int = 0) -> str | None:
+    """What a local argument of a captured call is: 'live' (an input or a view of it), 'snapshot'
+    (a copy of an input's data taken when the graph was captured), 'alloc' (a fresh buffer, e.g.
+    an output sized from x.shape: neither live input nor stale), or None when unknown."""
+    if depth > 4:
+        return None
+    params = set(func.params) - {"self", "cls"}
+    if name.id in params:
+        return "live"
+    kinds: set[str | None] = set()
+    for v in S.local_defs(scope, name.id):
+        kinds.add(_value_kind(v, scope, func, params, depth))
+    if "snapshot" in kinds:
+        return "snapshot"
+    if "live" in kinds:
+        return "live"
+    if kinds and kinds <= {"alloc"}:
+        return "alloc"
+    return None
+
+
+def _value_kind(v: ast.expr, scope: Scope, func: FunctionInfo, params: set[str], depth: int) -> str | None:
+    if isinstance(v, ast.Name):
+        return _local_kind(v, scope, func, depth + 1)
+    if isinstance(v, ast.Subscript):
+        return _value_kind(v.value, scope, func, params, depth)
+    if isinstance(v, ast.List | ast.Tuple):
+        kinds = {_value_kind(e, scope, func, params, depth) for e in v.elts}
+        return "snapshot" if "snapshot" in kinds else "live" if "live" in kinds else None
+    if isinstance(v, ast.ListComp | ast.GeneratorExp):
+        # [t.clone() for t in (q, k, v)]: the element is a copy of what the loop walks over
+        from_inputs = any(S.param_roots(g.iter, scope)[0] for g in v.generators)
+        elt = v.elt
+        if from_inputs and isinstance(elt, ast.Call) and (S.call_name(elt) in _COPY_CALLS):
+            return "snapshot"
+        return "live" if from_inputs else None
+    if isinstance(v, ast.Call):
+        last = S.call_name(v)
+        recv = v.func.value if isinstance(v.func, ast.Attribute) else None
+        if last in S.ALLOC_FUNCS:
+            return "alloc"
+        copy_to = last == "to" and any(k.arg == "copy" and isinstance(k.value, ast.Constant) and k.value.value
+                                       for k in v.keywords)
+        if recv is not None and (last in _COPY_CALLS or copy_to):
+            inner = _value_kind(recv, scope, func, params, depth)
+            return "snapshot" if inner in ("live", "snapshot") else inner
+        if recv is not None and (last in _VIEW_CALLS or last == "to"):
+            return _value_kind(recv, scope, func, params, depth)
+        if last in ("clone", "empty_like", "zeros_like") and v.args:
+            return "snapshot" if last == "clone" else "alloc"
+    p, _ = S.param_roots(v, scope)
+    return "live" if p else None
 
 
 def _copies_into(module: PyModule, func: FunctionInfo, bufs: set[str]) -> list[ast.Call]:
@@ -163,7 +227,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         if not regions:  # captured in another module: judge by what that capture reads
             for omod in sub.modules.values():
                 for cfunc, _, nodes in all_regions[omod.path]:
-                    _, live = _staging_buffers(omod, cfunc, nodes)
+                    s, live = _staging_buffers(omod, cfunc, nodes)
+                    staging |= s
                     live_inputs |= live
         for func in module.functions.values():
             scope = module.scope(func)
