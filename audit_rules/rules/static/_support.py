@@ -185,6 +185,13 @@ def local_defs(scope: Scope, name: str) -> list[ast.expr]:
     return scope.values_of(name) if scope.func is not None else []
 
 
+def binding(scope: Scope, name: ast.Name) -> ast.expr | None:
+    """What `name` is bound to where it is read: the function's latest assignment up to that
+    line, else the module-level one."""
+    val = scope.latest(name.id, name.lineno) if scope.func is not None else None
+    return val if val is not None else scope.module.scope(None).latest(name.id)
+
+
 def is_persistent_value(expr: ast.expr, module: PyModule, func: FunctionInfo | None, depth: int = 0) -> str | None:
     """Does this value (following local names) come from persistent state?"""
     if depth > 4:

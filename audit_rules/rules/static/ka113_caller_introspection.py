@@ -67,8 +67,7 @@ def _names_cmdline(sub: Submission, call: ast.Call, scope: Scope) -> bool:
     if isinstance(call.func, ast.Attribute) and S.call_name(call) in ("read_text", "read_bytes"):
         expr = call.func.value
     if isinstance(expr, ast.Name):
-        val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
-        expr = val if val is not None else (scope.module.scope(None).latest(expr.id) or expr)
+        expr = S.binding(scope, expr) or expr
     if isinstance(expr, ast.Call) and expr.args:
         expr = expr.args[0]
     text = sub.fold_str(expr, scope) if isinstance(expr, ast.expr) else None

@@ -49,7 +49,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import FunctionInfo, NativeSource, Scope, Submission, TritonLoad
+from audit_rules.source_model import FunctionInfo, NativeSource, Scope, Submission
 
 RULE = RuleMeta(
     id="KA140",
@@ -94,8 +94,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     for k in sub.triton:
         for ld in k.loads:
             policies = {ld.eviction_policy} if ld.eviction_policy else set()
-            via = _policy_params(k.func, ld)
             expr = next((kw.value for kw in ld.node.keywords if kw.arg == "eviction_policy"), None)
+            via = _policy_params(k.func, expr)
             if expr is not None and ld.eviction_policy is None:
                 policies |= sub.possible_strings(expr, k.func.module.scope(k.func))
             for param in via:  # policy passed in: every value a launch, a config or the default can give
@@ -234,8 +234,7 @@ def _callee_name(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) 
     if isinstance(expr, ast.Name):
         if expr.id in _SET_LIMIT | _SET_ATTR:
             return expr.id  # from cuda.bindings.driver import cuCtxSetLimit
-        val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
-        val = val if val is not None else scope.module.scope(None).latest(expr.id)
+        val = S.binding(scope, expr)
         return _callee_name(sub, val, scope, depth + 1) if val is not None and val is not expr else None
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and len(expr.args) > 1:
         attr = sub.fold_str(expr.args[1], scope)
@@ -252,8 +251,7 @@ def _int_value(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) ->
     if isinstance(expr, ast.Call) and expr.args and S.call_name(expr).startswith("c_"):
         return _int_value(sub, expr.args[0], scope, depth + 1)
     if isinstance(expr, ast.Name):
-        val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
-        val = val if val is not None else scope.module.scope(None).latest(expr.id)
+        val = S.binding(scope, expr)
         return _int_value(sub, val, scope, depth + 1) if val is not None and val is not expr else None
     return None
 
@@ -268,7 +266,6 @@ def _arg_means(sub: Submission, expr: ast.expr, scope: Scope, values: tuple[int,
         if val is not None and val is not expr:
             text += " " + scope.module.segment(val).lower().replace("_", "")
     return any(w.replace("_", "") in text for w in words)
-
 
 
 def _find_joined(src: NativeSource, rx: re.Pattern[str]) -> list[tuple[int, re.Match[str]]]:
@@ -311,9 +308,8 @@ def _in_string(chars: list[str]) -> bool:
     return count % 2 == 1
 
 
-def _policy_params(func: FunctionInfo, ld: TritonLoad) -> list[str]:
+def _policy_params(func: FunctionInfo, expr: ast.expr | None) -> list[str]:
     """Kernel parameters the eviction_policy expression reads (`EV`, `EV if PIN else "evict_first"`)."""
-    expr = next((kw.value for kw in ld.node.keywords if kw.arg == "eviction_policy"), None)
     if expr is None:
         return []
     params = func.params
@@ -339,10 +335,8 @@ def _param_values(sub: Submission, func: FunctionInfo, param: str) -> set[str]:
         if arg is None:
             for k in call.keywords:
                 if k.arg is None:  # launch(**cfg)
-                    for key, val in S.as_dict_items(sub, k.value, scope) or []:
-                        name = key if isinstance(key, str) else sub.fold_str(key, scope)
-                        if name == param:
-                            arg = val
+                    for val in _dict_values(sub, k.value, scope, param):
+                        arg = val
         if arg is not None:
             out |= sub.possible_strings(arg, scope)
         elif not from_configs:
@@ -380,18 +374,20 @@ def _config_values(sub: Submission, func: FunctionInfo, param: str) -> set[str]:
             for cfg in _elements(sub, configs, scope):
                 if isinstance(cfg, ast.Call):
                     kw = next((k.value for k in cfg.keywords if k.arg == "kwargs"), cfg.args[0] if cfg.args else None)
-                    for key, val in (S.as_dict_items(sub, kw, scope) or []) if kw is not None else []:
-                        name = key if isinstance(key, str) else sub.fold_str(key, scope)
-                        if name == param:
-                            out |= sub.possible_strings(val, scope)
+                    for val in _dict_values(sub, kw, scope, param):
+                        out |= sub.possible_strings(val, scope)
         elif short == "heuristics":
             table = next((k.value for k in deco.keywords if k.arg == "values"), deco.args[0] if deco.args else None)
-            for key, val in (S.as_dict_items(sub, table, scope) or []) if table is not None else []:
-                name = key if isinstance(key, str) else sub.fold_str(key, scope)
-                if name == param:
-                    body = val.body if isinstance(val, ast.Lambda) else val
-                    out |= sub.possible_strings(body, scope)
+            for val in _dict_values(sub, table, scope, param):
+                body = val.body if isinstance(val, ast.Lambda) else val
+                out |= sub.possible_strings(body, scope)
     return out
+
+
+def _dict_values(sub: Submission, expr: ast.expr | None, scope: Scope, key: str) -> list[ast.expr]:
+    """The values a dict literal (or `dict(...)`, or a name bound to one) gives for `key`."""
+    items = S.as_dict_items(sub, expr, scope) if expr is not None else None
+    return [v for k, v in items or [] if (k if isinstance(k, str) else sub.fold_str(k, scope)) == key]
 
 
 def _elements(sub: Submission, expr: ast.expr | None, scope: Scope, depth: int = 0) -> list[ast.expr]:
