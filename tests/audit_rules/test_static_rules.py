@@ -138,16 +138,22 @@ def test_graph_replay_classification(decks: Any) -> None:
     reads = {
         e: [f.data["replay_reads"] for f in _run("KA104", e, decks)]
         for e in ("bad_staging_filled_at_capture.py", "bad_probe_live_buffer_replay.py", "bad_probe_copy_in_then_replay.py",
-                  "bad_closure_graph_capture_begin.py", "bad_sidecar_capture")
+                  "bad_closure_graph_capture_begin.py", "bad_sidecar_capture", "bad_torch_clone_snapshot.py")
     }
     assert reads == {
         "bad_staging_filled_at_capture.py": ["staging_refreshed_at_capture"],
         # a local x.clone() captured into the graph: outputs sized from x.shape are not live inputs
         "bad_closure_graph_capture_begin.py": ["staging_refreshed_at_capture"],
         "bad_sidecar_capture": ["staging_refreshed_at_capture"],
+        "bad_torch_clone_snapshot.py": ["staging_refreshed_at_capture"],
         "bad_probe_live_buffer_replay.py": ["live"],
         "bad_probe_copy_in_then_replay.py": ["staging_refreshed_each_call"],
     }
+    # the capture-time copy itself is named as what replays read (method and function forms)
+    for entry, snap in (("bad_closure_graph_capture_begin.py", "sx"), ("bad_torch_clone_snapshot.py", "sx"),
+                        ("bad_sidecar_capture", "static")):
+        (f,) = _run("KA104", entry, decks)
+        assert snap in f.data["staging_buffers"], (entry, f.data["staging_buffers"])
     (stale,) = _run("KA104", "bad_staging_filled_at_capture.py", decks)
     assert stale.effect is Effect.NEEDS_PROBE and stale.data["topic"] == "stale_cache"
     assert stale.severity.value == "high"

@@ -162,13 +162,13 @@ def _value_kind(v: ast.expr, scope: Scope, func: FunctionInfo, params: set[str],
             return "alloc"
         copy_to = last == "to" and any(k.arg == "copy" and isinstance(k.value, ast.Constant) and k.value.value
                                        for k in v.keywords)
-        if recv is not None and (last in _COPY_CALLS or copy_to):
-            inner = _value_kind(recv, scope, func, params, depth)
-            return "snapshot" if inner in ("live", "snapshot") else inner
+        if last in _COPY_CALLS or copy_to:
+            # x.clone(), torch.clone(x), copy.deepcopy(x): the receiver or the first argument is copied
+            sources = ([recv] if recv is not None else []) + v.args[:1]
+            inner = {_value_kind(src, scope, func, params, depth) for src in sources}
+            return "snapshot" if inner & {"live", "snapshot"} else ("alloc" if "alloc" in inner else None)
         if recv is not None and (last in _VIEW_CALLS or last == "to"):
             return _value_kind(recv, scope, func, params, depth)
-        if last in ("clone", "empty_like", "zeros_like") and v.args:
-            return "snapshot" if last == "clone" else "alloc"
     p, _ = S.param_roots(v, scope)
     return "live" if p else None
 
