@@ -135,6 +135,9 @@ class ProblemInfo:
     required_framework: str | None = None  # e.g. "cuda" for CUDA-only decks
     allows_lower_precision: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
+    # True when the deck's check.py loops over every shape of shapes.SHAPES (as benchmark.py does):
+    # then no shape threshold can route the checked and the timed calls apart. None: unknown.
+    check_covers_timed_shapes: bool | None = None
 
 
 @dataclass

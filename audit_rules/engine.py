@@ -74,16 +74,52 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
             if isinstance(loaded, dict):
                 raw = loaded
     forbidden = raw.get("forbidden") or []
+    check_py = Path(deck.root) / problem / "check.py" if deck.root is not None else None
     return ProblemInfo(
         problem_id=problem,
         deck=deck.name,
         regime=raw.get("regime"),
-        precision=raw.get("precision"),
+        precision=normalize_precision(raw.get("precision")),
         forbidden=[str(x) for x in forbidden] if isinstance(forbidden, list) else [],
         required_framework=raw.get("required_framework"),
         allows_lower_precision=bool(raw.get("allows_lower_precision", False)),
         raw=raw,
+        check_covers_timed_shapes=check_loops_all_shapes(check_py) if check_py is not None else None,
     )
+
+
+def normalize_precision(value: object) -> str | None:
+    """The deck's precision in the rules' short names: fp8_e4m3 -> fp8, int4_bf16 -> int4, bfloat16 -> bf16."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    v = value.strip().lower()
+    for prefix, short in (("fp8", "fp8"), ("float8", "fp8"), ("int4", "int4"), ("int8", "int8"), ("bfloat16", "bf16"),
+                          ("bf16", "bf16"), ("fp16", "fp16"), ("float16", "fp16"), ("half", "fp16"), ("tf32", "tf32"),
+                          ("fp32", "fp32"), ("float32", "fp32")):
+        if v.startswith(prefix):
+            return short
+    return v
+
+
+def check_loops_all_shapes(check_py: Path) -> bool | None:
+    """Does the deck's check.py iterate over every entry of shapes.SHAPES (directly or via a name)?"""
+    try:
+        tree = ast.parse(check_py.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+    def is_shapes(expr: ast.expr, aliases: set[str]) -> bool:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("enumerate", "list", "tuple"):
+            return bool(expr.args) and is_shapes(expr.args[0], aliases)
+        if isinstance(expr, ast.Attribute) and expr.attr == "SHAPES":
+            return True
+        return isinstance(expr, ast.Name) and expr.id in aliases
+
+    aliases: set[str] = {"SHAPES"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and is_shapes(node.value, aliases):
+            aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return any(isinstance(node, ast.For) and is_shapes(node.iter, aliases) for node in ast.walk(tree))
 
 
 def deck_root(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str | None = None) -> Path | None:
@@ -303,23 +339,29 @@ def audit_unpacked(
 
 
 def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
-    """Copy solution.py and its sidecar sources into `dest` for a regrade.
+    """Write solution.py and its sidecar sources into `dest` for a regrade.
 
     A scratch/ sidecar is placed both beside solution.py and under scratch/, the two places a
-    KBH solution looks for what it loads; root-level sidecars keep their place.
+    KBH solution looks for what it loads; root-level sidecars keep their place. Sidecars
+    appended to solution.py in a public archive are split out first (ingest.run.solution_sources),
+    so the staged solution.py is Python again.
     """
     dest.mkdir(parents=True, exist_ok=True)
-    if archive.has("solution.py"):
-        shutil.copyfile(archive.files["solution.py"].staged_path, dest / "solution.py")
-    for path in sidecar_paths(archive):
-        staged = archive.files[path].staged_path
+    real = set(sidecar_paths(archive))
+    for path, text in solution_sources(archive).items():
         targets = [dest / path]
         if path.startswith("scratch/"):
             targets.append(dest / path[len("scratch/") :])
         for target in targets:
             target.parent.mkdir(parents=True, exist_ok=True)
-            if not target.exists():
-                shutil.copyfile(staged, target)
+            if target.exists():
+                continue
+            if path in real:
+                shutil.copyfile(archive.files[path].staged_path, target)  # byte-exact
+            elif path == "solution.py" and text == archive.read_text("solution.py"):
+                shutil.copyfile(archive.files[path].staged_path, target)
+            else:
+                target.write_text(text, encoding="utf-8")
     return dest
 
 

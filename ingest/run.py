@@ -9,6 +9,7 @@ harness claimed.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Any
@@ -51,14 +52,69 @@ def sidecar_paths(archive: UnpackedArchive) -> list[str]:
     )
 
 
+# Public run archives (the benchmark's published run details) carry no scratch/ folder: the sidecar
+# sources the solution loaded are appended to solution.py, each after a banner
+#     # ==================================================================
+#     # ===== sidecar: kern.cu (5378 bytes, loaded by solution.py) =====
+#     # ==================================================================
+# The text below a banner is the sidecar, verbatim; solution.py is what precedes the first one.
+_SIDECAR_BANNER = re.compile(r"^# =+ sidecar: (?P<name>[A-Za-z0-9_.+-][A-Za-z0-9_./+-]*) \((?P<size>\d+) bytes, loaded by solution\.py\) =+$")
+_RULE_LINE = re.compile(r"^# =+$")
+
+
+def split_embedded_sidecars(text: str) -> tuple[str, dict[str, str]]:
+    """(solution.py's own text, {sidecar file name: text}) for a solution with appended sidecars.
+
+    Line numbers of the Python part are unchanged. A name that is not a plain relative path
+    (absolute, with `..`) or not a source suffix is left inside solution.py, as is everything
+    when no banner is found.
+    """
+    lines = text.split("\n")
+    banners: list[tuple[int, str]] = []
+    for i, line in enumerate(lines):
+        m = _SIDECAR_BANNER.match(line.rstrip())
+        if m is None:
+            continue
+        name = m.group("name")
+        pure = PurePosixPath(name)
+        if pure.is_absolute() or ".." in pure.parts or pure.suffix not in SOURCE_SUFFIXES or name == "solution.py":
+            continue
+        banners.append((i, name))
+    if not banners:
+        return text, {}
+    sidecars: dict[str, str] = {}
+
+    def start_of(i: int) -> int:  # the rule line above a banner belongs to the banner
+        return i - 1 if i > 0 and _RULE_LINE.match(lines[i - 1].rstrip()) else i
+
+    for n, (i, name) in enumerate(banners):
+        body_from = i + 1
+        if body_from < len(lines) and _RULE_LINE.match(lines[body_from].rstrip()):
+            body_from += 1
+        if body_from < len(lines) and lines[body_from] == "":
+            body_from += 1
+        body_to = start_of(banners[n + 1][0]) if n + 1 < len(banners) else len(lines)
+        sidecars.setdefault(name, "\n".join(lines[body_from:body_to]).rstrip("\n") + "\n")
+    head = "\n".join(lines[: start_of(banners[0][0])]).rstrip("\n") + "\n"
+    return head, sidecars
+
+
 def solution_sources(archive: UnpackedArchive) -> dict[str, str]:
-    """solution.py and every sidecar source, keyed by archive path (what the static model reads)."""
+    """solution.py and every sidecar source, keyed by archive path (what the static model reads).
+
+    Sidecars appended to solution.py (see `split_embedded_sidecars`) are returned under
+    `scratch/<name>` unless the archive holds that file itself.
+    """
     out: dict[str, str] = {}
-    if archive.has("solution.py"):
-        out["solution.py"] = archive.read_text("solution.py")
     for p in sidecar_paths(archive):
         out[p] = archive.read_text(p)
-    return out
+    if archive.has("solution.py"):
+        own, embedded = split_embedded_sidecars(archive.read_text("solution.py"))
+        out["solution.py"] = own
+        for name, body in embedded.items():
+            if name not in out and f"scratch/{name}" not in out:
+                out[f"scratch/{name}"] = body
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "solution.py", kv[0])))
 
 
 def _known_problems(decks: Sequence[DeckSnapshot]) -> list[str]:

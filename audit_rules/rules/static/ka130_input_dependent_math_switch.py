@@ -7,7 +7,11 @@ What it flags: branches on forward's live path that choose different math depend
 * call counters / warm-up detection (an attribute incremented every call and tested) -> needs the
   repeat-calls probe;
 * sizes or shapes (``N <= 2048``, ``x.shape[0] > 1024``) -> only when the branches compute at
-  different precision.
+  different precision; and then only an advisory note when the deck's check.py loops over every
+  shape benchmark.py times (``ProblemInfo.check_covers_timed_shapes``, true of the KBH hard decks):
+  a shape threshold cannot route checked and timed calls apart there (a lower-precision path is
+  KA123's question). Decisive where the check grades fewer shapes than the timing (the seeds'
+  RL mega cell). Branches that call the same solution functions are never "different math".
 
 Decisive when the branches compute different things statically: one branch runs lower precision
 than the problem's (fp16/bf16/fp8 markers: ``.half()``, ``.to(torch.float16)``, 16-bit casts before
@@ -89,6 +93,19 @@ def _tags(sub: Submission, module: PyModule, func: FunctionInfo, stmts: list[ast
                         continue
                     tags |= _tags(sub, target.module, target, target.node.body, depth + 1)
     return tags
+
+
+def _callees(sub: Submission, module: PyModule, func: FunctionInfo, stmts: list[ast.stmt]) -> frozenset[str]:
+    """The solution functions a branch calls (by qualified name): equal sets compute the same math."""
+    scope = module.scope(func)
+    names: set[str] = set()
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                for target in sub.resolve_functions(node.func, scope):
+                    if target is not func:
+                        names.add(f"{target.module.path}:{target.name}")
+    return frozenset(names)
 
 
 def _rank(tags: set[str]) -> int:
@@ -193,6 +210,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     if sub is None:
         return []
     problem_rank = _RANK.get((ctx.problem.precision or "").lower(), 0) if ctx.problem else 0
+    shapes_covered = bool(ctx.problem and ctx.problem.check_covers_timed_shapes)
     out: list[Finding] = []
     counter_cache: dict[str, set[str]] = {}
     live = sub.reach().live
@@ -218,9 +236,29 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             ta, tb = _tags(sub, module, func, a), _tags(sub, module, func, b)
             ra, rb = _rank(ta), _rank(tb)
             ref = problem_rank or max(ra, rb)
-            differ = ra != rb and min(ra, rb) < ref
+            differ = ra != rb and min(ra, rb) < ref and _callees(sub, module, func, a) != _callees(sub, module, func, b)
             data = {"topic": "checked_vs_timed", "switch": kind, "branch_precision": [sorted(ta), sorted(tb)], "where": sub.where(func)}
             test_src = module.segment(node.test)
+            if kind == "size" and shapes_covered:
+                # The deck's check.py and benchmark.py grade the same shapes (shapes.py): a shape
+                # threshold cannot route the checked and the timed calls apart. A lower-precision
+                # branch is then a rubric question (KA123), not a hidden path.
+                if differ:
+                    low = ta if ra < rb else tb
+                    out.append(
+                        S.py_finding(
+                            RULE,
+                            module,
+                            node,
+                            f"{func.name} dispatches on `{test_src}` (shape) to paths that look like different "
+                            f"precision ({', '.join(sorted(low))} on one side); check.py and benchmark.py grade the same "
+                            "shapes, so every path taken in the timing is also checked.",
+                            effect=Effect.ADVISORY,
+                            severity=Severity.INFO,
+                            data=data,
+                        )
+                    )
+                continue
             if differ:
                 low = ta if ra < rb else tb
                 out.append(
@@ -271,6 +309,23 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             for e in exprs:
                 kind = _test_kind(sub, module, caller, e, _counters(module))
                 if kind is None:
+                    continue
+                if kind == "size" and shapes_covered:  # shapes: checked and timed alike (see above)
+                    out.append(
+                        S.py_finding(
+                            RULE,
+                            module,
+                            e,
+                            f"{caller.name} computes `{module.segment(e)}` (shape) and passes it as {kernel.name}'s "
+                            f"{param}, switching to {', '.join(sorted(low))} math on some shapes; check.py grades every "
+                            "shape benchmark.py times, so the lower-precision path is checked too.",
+                            effect=Effect.ADVISORY,
+                            severity=Severity.INFO,
+                            data={"topic": "checked_vs_timed", "switch": kind, "kernel_flag": f"{kernel.name}.{param}",
+                                  "where": sub.where(caller)},
+                            line=e.lineno,
+                        )
+                    )
                     continue
                 out.append(
                     S.py_finding(
