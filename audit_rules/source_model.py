@@ -327,11 +327,16 @@ class PyModule:
         return None
 
     def in_except(self, node: ast.AST, stop: ast.AST | None = None) -> bool:
+        """Inside an except handler, or in a branch the GPU grader never takes (see `_off_gpu_branch`)."""
+        child: ast.AST = node
         for anc in self.ancestors(node):
             if anc is stop:
                 return False
             if isinstance(anc, ast.ExceptHandler):
                 return True
+            if isinstance(anc, ast.If) and _off_gpu_branch(anc, child):
+                return True
+            child = anc
         return False
 
     def in_main_guard(self, node: ast.AST) -> bool:
@@ -340,6 +345,46 @@ class PyModule:
             if isinstance(anc, ast.If) and _is_main_guard(anc.test):
                 return True
         return False
+
+
+def _gpu_test(expr: ast.expr) -> bool | None:
+    """True for a test that holds on the GPU grader (`x.is_cuda`, `torch.cuda.is_available()`,
+    `x.device.type == "cuda"`), False for its negation (`x.device.type == "cpu"`), else None."""
+    if isinstance(expr, ast.Attribute) and expr.attr == "is_cuda":
+        return True
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "is_available":
+        f = expr.func.value
+        if isinstance(f, ast.Attribute) and f.attr == "cuda":
+            return True
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.left, ast.Attribute) and expr.left.attr == "type":
+        other = expr.comparators[0]
+        if isinstance(other, ast.Constant) and other.value in ("cuda", "cpu"):
+            on_gpu = other.value == "cuda"
+            if isinstance(expr.ops[0], ast.Eq):
+                return on_gpu
+            if isinstance(expr.ops[0], ast.NotEq):
+                return not on_gpu
+    return None
+
+
+def _off_gpu_branch(node: ast.If, child: ast.AST) -> bool:
+    """`child` sits in the arm of `node` that runs only off the GPU (or on an unsupported config):
+    the body of `if not x.is_cuda:` / `if not (x.is_cuda and ...):` / `if x.device.type == "cpu":`,
+    or the else of `if x.is_cuda:`. The grader runs every graded call on CUDA inputs."""
+    test = node.test
+    negated = False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    holds: bool | None = _gpu_test(test)
+    if holds is None and isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        # `x.is_cuda and <supported>`: its negation is the unsupported-config fallback
+        holds = True if any(_gpu_test(v) is True for v in test.values) else None
+        if holds and not negated:
+            return child in node.orelse  # else of "on GPU and supported": an unsupported fallback
+    if holds is None:
+        return False
+    on_gpu_when_true = holds != negated
+    return child in (node.orelse if on_gpu_when_true else node.body)
 
 
 def _is_main_guard(test: ast.expr) -> bool:

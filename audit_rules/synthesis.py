@@ -33,7 +33,8 @@ Verdict precedence (first that applies wins)
 5. ``fail``: correct is False (or there is no solution) on a genuine result: a CODE_DEFECT
    finding, a FAIL line of a numeric/forbidden family, a failed empirical probe with no
    static finding to explain it, or simply the checker's verdict. failure_reason is kept.
-6. ``rubric_leak``: a RUBRIC_LEAK finding on a correct run.
+6. ``rubric_leak``: a RUBRIC_LEAK finding on a run not known to be incorrect (correct or not
+   yet graded: static rubric evidence needs no correctness result).
 7. ``pending_empirical``: NEEDS_PROBE findings not yet settled by a probe, or no correctness
    result at all (not yet graded); ``probes_required`` lists what to run.
 8. ``interesting`` (clean, and a finding marked ``data["interesting"]``) else ``clean``.
@@ -517,7 +518,9 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
             reasons.append(
                 f"the graded artefact is incorrect (failure_reason={failure_reason}, source {correct_source})"
             )
-    elif rubric and correct is True:
+    elif rubric and correct is not False:
+        # Decisive rubric evidence decides even before correctness is known: re-grading cannot make
+        # a bf16 GEMM in an fp8 problem measure the fp8 skill.
         verdict = Verdict.RUBRIC_LEAK
         just["verdict"] = [f.key for f in rubric]
         reasons.extend(f"{f.rule_id} {f.rule_name}: {f.explanation}" for f in rubric)

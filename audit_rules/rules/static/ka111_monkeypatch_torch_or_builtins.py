@@ -13,7 +13,10 @@ Why it matters: the checker compares with ``torch.allclose``/``torch.testing`` a
 times with ``torch.cuda.Event`` and ``synchronize``; replacing any of them from the solution's
 import rewrites the grader from the inside. There is no benign reason for a kernel to do it: the
 finding is decisive. Compatibility shims outside the grader's surface (the seeds' ``datetime.UTC``
-alias on Python 3.10) are not flagged.
+alias on Python 3.10) are not flagged. A replaced weight initializer (``torch.nn.init.*``) whose
+replacement still draws random numbers or defers to the saved original is an advisory note to
+surface (the check compares after ``load_state_dict``; the seeds' auditors call it "interesting"):
+a constant-valued initializer would reach the reference's weights and stays decisive.
 
 Bad::
 
@@ -104,6 +107,26 @@ def _scoped_patch(module: PyModule, call: ast.Call) -> bool:
     return isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef) and any(d is call for d in parent.decorator_list)
 
 
+_RNG_CALLS = {"randn", "rand", "randn_like", "rand_like", "normal_", "uniform_", "normal", "uniform", "trunc_normal_"}
+
+
+def _random_initializer(sub: Submission, module: PyModule, value: ast.expr, scope: Scope) -> bool:
+    """The replacement is a function of the solution whose body draws random numbers or calls
+    the saved original (a faster or device-routed initializer, not a constant one)."""
+    targets = sub.resolve_functions(value, scope)
+    if not targets:
+        return False
+    for target in targets:
+        calls = [n for n in ast.walk(target.node) if isinstance(n, ast.Call)]
+        names = {S.call_name(c) for c in calls}
+        originals = {n.id for c in calls for n in [c.func] if isinstance(n, ast.Name)}
+        saved = {t.id for st in module.tree.body if isinstance(st, ast.Assign) for t in st.targets
+                 if isinstance(t, ast.Name) and (S.deep_qualname(sub, st.value, module.scope(None)) or "").startswith("torch.nn.init.")}
+        if not (names & _RNG_CALLS or originals & saved):
+            return False
+    return True
+
+
 def check(ctx: AuditContext) -> Iterable[Finding]:
     sub = S.submission(ctx)
     if sub is None:
@@ -127,6 +150,23 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             elif q in _MOCK_PATCH and not _scoped_patch(module, node):
                 hits.extend(n for n in _patched_by_mock(sub, node, q, scope) if _protected(n))
         for name in hits:
+            if name.startswith("torch.nn.init.") and isinstance(node, ast.Assign) and _random_initializer(sub, module, node.value, scope):
+                out.append(
+                    S.py_finding(
+                        RULE,
+                        module,
+                        node,
+                        f"The solution replaces the weight initializer {name} "
+                        + ("at import" if func is None else f"in {func.name}")
+                        + " with a wrapper that still draws random values (or defers to the original): the "
+                        "reference's initial weights keep their distribution and the check compares after "
+                        "load_state_dict, so the score is not moved; a global library mutation worth surfacing.",
+                        effect=Effect.ADVISORY,
+                        severity=Severity.LOW,
+                        data={"topic": "global_state", "patched": name, "interesting": True},
+                    )
+                )
+                continue
             out.append(
                 S.py_finding(
                     RULE,

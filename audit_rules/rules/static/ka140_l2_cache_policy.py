@@ -65,6 +65,12 @@ _PERSIST = re.compile(
     r"(cudaLimitPersistingL2CacheSize|CU_LIMIT_PERSISTING_L2_CACHE_SIZE|CU_ACCESS_PROPERTY_PERSISTING|access_property::persisting|cudaAccessPropertyPersisting|accessPolicyWindow|cudaStreamAttributeAccessPolicyWindow"
     r"|cudaKernelNodeAttributeAccessPolicyWindow|cudaLaunchAttributeAccessPolicyWindow)"
 )
+# What makes a window persisting (or sets persisting L2 aside): without one of these an access-policy
+# window only carries streaming/normal properties.
+_PERSIST_PROP = re.compile(
+    r"cudaAccessPropertyPersisting|CU_ACCESS_PROPERTY_PERSISTING|access_property::persisting|hit_?[Pp]rop\s*=\s*(?:\([\w:]+\)\s*)?2\b"
+    r"|cudaLimitPersistingL2CacheSize|CU_LIMIT_PERSISTING_L2_CACHE_SIZE|cudaDeviceSetLimit\s*\(\s*(?:\([\w:]+\)\s*)?0x0*6\b"
+)
 _EVICT_LAST = re.compile(r"(L2::evict_last|createpolicy\.[\w.]*evict_last|applypriority|evict_last)")
 _PREFETCH = re.compile(r"\bprefetch(?:\.global)?\.L2(?!::evict_(?:first|normal))\b")
 
@@ -118,7 +124,25 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     for src in sub.native:
         if not src.loaded:
             continue
+        code = "\n".join(src.code)
+        window_persists = bool(_PERSIST_PROP.search(code))
         for tl, m in _find_joined(src, _PERSIST):
+            if "ccessPolicyWindow" in m.group(1) and not window_persists:
+                # a window whose hitProp is streaming/normal only demotes lines (evict-first behaviour)
+                out.append(
+                    S.native_finding(
+                        RULE,
+                        src,
+                        tl,
+                        f"The solution sets an L2 access-policy window ({m.group(1)}) but never marks it persisting "
+                        "(no cudaAccessPropertyPersisting / hitProp = 2 / persisting set-aside in this source): "
+                        "streaming or normal hits do not survive the benchmark's L2 flush.",
+                        effect=Effect.ADVISORY,
+                        severity=Severity.INFO,
+                        data={"topic": "l2_policy", "mechanism": "streaming_window"},
+                    )
+                )
+                continue
             out.append(
                 S.native_finding(
                     RULE,

@@ -94,6 +94,11 @@ def _path_of(sub: Submission, module: PyModule, func: FunctionInfo | None, call:
             val = val if val is not None else module.scope(None).latest(a.id)
             if isinstance(val, ast.Call):
                 return _path_of(sub, module, func, val, depth + 1)
+        if isinstance(a, ast.BinOp) and isinstance(a.op, ast.Div):  # Path(__file__).parent / "x.cu"
+            right = sub.fold_str(a.right, scope)
+            if right is not None:
+                left = sub.fold_str(a.left, scope)
+                return f"{left}/{right}" if left else right
         if isinstance(a, ast.Call):  # os.path.join(dirname, "x.cu"), Path(p)
             parts = [sub.fold_str(x, scope) for x in a.args]
             known = [p for p in parts if p]
