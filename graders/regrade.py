@@ -264,6 +264,12 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
         return _infra(run, "driver_mismatch", "torch in the sandbox sees no CUDA device")
     verdict = _classify_check(run, check)
     if verdict is not None:
+        if not verdict.infra_failure and verdict.failure_reason == "check_failed" and wanted:
+            # Probes run even when the check failed: the verdict then has the check's own FAIL
+            # line AND the probe numbers (a memo the check caught shows which probe exposes it).
+            # Not after a timeout: each probe step could only time out again.
+            verdict.probes = _run_probes(run, sb, ws, wanted, shape_set, timeout_s)
+            verdict.provenance = run.provenance()
         return verdict
     assert check.result is not None
     check_lines = list(check.result.get("lines") or [])

@@ -126,8 +126,13 @@ def _write(t: torch.Tensor, index: Any, values: torch.Tensor, bump: bool) -> Non
 
 
 def overwrite_plan(inputs: Sequence[Any], base_seed: int) -> list[dict[str, Any]]:
-    """(a) fresh data everywhere, (b) one row (first and last), (c) scattered large elements;
-    each once through an in-place op that bumps `_version` and once through a raw alias."""
+    """The input half of the grader's contract (docs/regrade.md, "The grader's contract").
+
+    Same-storage rewrites of the input objects the solution has already seen: (a) fresh data
+    everywhere, (b) one row (first and last), (c) scattered large elements; each once through an
+    ordinary in-place op that bumps `_version` and once through a raw alias (same storage, same
+    data_ptr, version NOT bumped: the field's property stress does this). Last, (d) fresh tensors:
+    the inputs replaced by new tensor objects (new storage) holding new data."""
     float_idx = [i for i, t in enumerate(inputs) if is_float(t) and t.numel() > 0]
     if not float_idx:
         return []
@@ -148,6 +153,10 @@ def overwrite_plan(inputs: Sequence[Any], base_seed: int) -> list[dict[str, Any]
         seed += 1
         steps.append({"name": f"scatter_{'bump' if bump else 'raw'}", "kind": "scatter", "inputs": float_idx,
                       "count": 8, "seed": seed, "bump": bump})
+    seed += 1
+    # at the inputs' original scale (the scatter steps above left 12x elements behind)
+    steps.append({"name": "fresh_tensor", "kind": "fresh", "inputs": float_idx, "seed": seed, "bump": True,
+                  "scales": {i: _scale_of(inputs[i]) for i in float_idx}})
     return steps
 
 
@@ -160,7 +169,10 @@ def apply_mutation(inputs: list[Any], step: dict[str, Any]) -> dict[str, Any]:
         t: torch.Tensor = inputs[i]
         scale = _scale_of(t)
         seed = int(step["seed"]) * 131 + n
-        if kind == "full":
+        if kind == "fresh":  # a new tensor object on new storage: nothing of the old one survives
+            scale = float(step["scales"][i])
+            inputs[i] = _random_like(t.shape, t.dtype, scale, seed, t.device).contiguous()
+        elif kind == "full":
             _write(t, None, _random_like(t.shape, t.dtype, scale, seed, t.device), step["bump"])
         elif kind == "row":
             if t.dim() == 0:
@@ -181,6 +193,8 @@ def apply_mutation(inputs: list[Any], step: dict[str, Any]) -> dict[str, Any]:
         else:
             raise ValueError(f"unknown mutation kind {kind}")
     after = {i: (inputs[i].data_ptr(), inputs[i]._version) for i in touched}
+    if kind == "fresh":
+        return {"same_data_ptr": False, "version_bumped": None, "fresh_tensor": True}
     return {
         "same_data_ptr": all(before[i][0] == after[i][0] for i in touched),
         "version_bumped": any(after[i][1] != before[i][1] for i in touched),
@@ -188,39 +202,76 @@ def apply_mutation(inputs: list[Any], step: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Weight / buffer mutation (numeric-stress style in-place rescale)
+# Weight / buffer mutation: the weight half of the grader's contract (docs/regrade.md).
+#
+# Real graders change a model's weights and buffers only through ordinary in-place ops (which
+# bump the tensor's `_version`) or `load_state_dict` (a `copy_` under no_grad: bumps too). They
+# never rewrite a weight behind its version counter, so a repack cache keyed on (data_ptr,
+# _version, shape) is legitimate and must pass; a cache keyed on identity or pointer alone must
+# fail. Every write here goes through the state tensor itself (never `.data`, whose in-place
+# writes do NOT bump a Parameter's counter) and the step records that the counter moved.
 
 
 def weight_plan(spec: ProblemSpec, state_names: Sequence[str]) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = [
-        {"name": "all_x0.5_bump", "scale": {n: 0.5 for n in state_names}, "bump": True},
-        {"name": "all_x3_raw", "scale": {n: 3.0 for n in state_names}, "bump": False},
+        {"name": "all_x0.5_bump", "kind": "scale", "scale": {n: 0.5 for n in state_names}},
+        {"name": "all_x3_bump", "kind": "scale", "scale": {n: 3.0 for n in state_names}},
+        {"name": "load_state_dict", "kind": "load_state", "seed": WEIGHT_RELOAD_SEED},
     ]
     for case in spec.numeric_stress:
         if case.scale_state:
-            steps.append({"name": f"stress_{case.name}_bump", "scale": dict(case.scale_state), "bump": True,
+            steps.append({"name": f"stress_{case.name}_bump", "kind": "scale", "scale": dict(case.scale_state),
                           "atol": case.tolerance.atol, "rtol": case.tolerance.rtol})
     return steps
+
+
+WEIGHT_RELOAD_SEED = 1209  # the `load_state_dict` step's fresh weights (runner and verifier alike)
+
+
+def reload_state(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str) -> dict[str, torch.Tensor]:
+    """A second reference model's state at `seed`: what a grader's `load_state_dict` brings in."""
+    spec.apply_shape(shape)
+    torch.manual_seed(seed)
+    init = list(spec.reference.get_init_inputs())
+    with on_device(device):
+        other = spec.reference.Model(*init).to(device)
+    return {k: v.detach().clone() for k, v in other.state_dict().items()}
 
 
 def float_state_names(model: torch.nn.Module) -> list[str]:
     return [n for n, t in model.state_dict().items() if is_float(t) and t.numel() > 0]
 
 
-def apply_state_mutation(model: torch.nn.Module, step: dict[str, Any]) -> dict[str, Any]:
+def apply_state_mutation(model: torch.nn.Module, step: dict[str, Any],
+                         fresh_state: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+    """Apply one weight step in place through version-bumping writes; returns what moved."""
     state = model.state_dict(keep_vars=True)
+    before = {n: (t.data_ptr(), t._version) for n, t in state.items() if isinstance(t, torch.Tensor)}
     changed = []
-    for name, factor in step["scale"].items():
-        t = state.get(name)
-        if not is_float(t):
-            continue
-        assert isinstance(t, torch.Tensor)
-        data = t.data if t.requires_grad else t
-        new = (data.detach().float() * float(factor)).clamp(-_dtype_max(t.dtype), _dtype_max(t.dtype)).to(t.dtype)
-        before = t._version
-        _write(data, None, new, bool(step["bump"]))
-        changed.append({"name": name, "version_bumped": t._version != before})
-    return {"changed": changed}
+    if step.get("kind") == "load_state":
+        if fresh_state is None:
+            raise ValueError("a load_state step needs the fresh state (reload_state)")
+        with torch.no_grad():
+            model.load_state_dict(fresh_state, strict=True)
+        names = list(fresh_state)
+    else:
+        names = []
+        for name, factor in step["scale"].items():
+            t = state.get(name)
+            if not is_float(t):
+                continue
+            assert isinstance(t, torch.Tensor)
+            new = (t.detach().float() * float(factor)).clamp(-_dtype_max(t.dtype), _dtype_max(t.dtype)).to(t.dtype)
+            with torch.no_grad():
+                t.copy_(new)  # the tensor itself (a Parameter too): bumps its version counter
+            names.append(name)
+    after = model.state_dict(keep_vars=True)
+    for name in names:
+        t = after.get(name)
+        if isinstance(t, torch.Tensor) and name in before:
+            changed.append({"name": name, "version_bumped": t._version != before[name][1],
+                            "same_data_ptr": t.data_ptr() == before[name][0]})
+    return {"changed": changed, "all_versions_bumped": all(c["version_bumped"] for c in changed)}
 
 
 # ---------------------------------------------------------------------------------------------

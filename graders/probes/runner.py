@@ -177,7 +177,8 @@ def _weight_mutation(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si:
     rec.save(f"s{si}_wm_warm", out)
     facts = []
     for k, step in enumerate(C.weight_plan(spec, C.float_state_names(case.ref_model))):
-        fact = C.apply_state_mutation(model, step)
+        fresh = C.reload_state(spec, shape, int(step["seed"]), device) if step.get("kind") == "load_state" else None
+        fact = C.apply_state_mutation(model, step, fresh)
         out = _call(model, case.inputs)
         rec.save(f"s{si}_wm_{k}", out)
         facts.append({"step": step["name"], **fact})

@@ -104,13 +104,14 @@ class Verifier:
         nums = {"steps": steps}
         if worst:
             return (ProbeStatus.FAILED,
-                    f"after in-place overwrite '{worst['step']}' (same data_ptr): reference changed by "
+                    f"after input change '{worst['step']}' ({_how(worst)}): reference changed by "
                     f"{worst['ref_change']:.4g}, solution by {worst['solution_change']:.4g}; "
                     f"{worst['bad']:,}/{worst['total']:,} elements out of tolerance, "
                     f"max_abs_diff={worst['max_abs_diff']:.4g}", nums)
         informative = sum(1 for s in steps if s["informative"])
-        return (ProbeStatus.PASSED, f"{len(steps)} same-pointer overwrites ({informative} moved the reference "
-                f"beyond tolerance): every output changed and matched the reference", nums)
+        return (ProbeStatus.PASSED, f"{len(steps)} input changes (same-pointer rewrites with and without a version "
+                f"bump, fresh tensors; {informative} moved the reference beyond tolerance): every output changed "
+                f"and matched the reference", nums)
 
     def weight_mutation(self, si: int, shape: dict[str, Any]) -> Outcome:
         case = C.build_case(self.spec, shape, S.WEIGHT, self.device)
@@ -122,26 +123,31 @@ class Verifier:
         steps = []
         worst = None
         for k, step in enumerate(C.weight_plan(self.spec, C.float_state_names(case.ref_model))):
-            C.apply_state_mutation(case.ref_model, step)
+            fresh = (C.reload_state(self.spec, shape, int(step["seed"]), self.device)
+                     if step.get("kind") == "load_state" else None)
+            C.apply_state_mutation(case.ref_model, step, fresh)
             ref = self.ref(case.ref_model, case.inputs)
             sol = self.load(f"warm_s{si}_wm_{k}")
             if sol is None:
                 return self._missing(facts)
             res = self.cmp(sol, ref, case.inputs, step.get("atol"), step.get("rtol"))
+            fact: dict[str, Any] = next((f for f in facts.get("steps", []) if f.get("step") == step["name"]), {})
             row = {"step": step["name"], "ok": res["ok"], "max_abs_diff": res["max_abs_diff"], "bad": res["bad"],
                    "total": res["total"], "ref_change": C.max_change(prev_ref, ref),
-                   "solution_change": C.max_change(prev_sol, sol)}
+                   "solution_change": C.max_change(prev_sol, sol),
+                   "how": "load_state_dict" if step.get("kind") == "load_state" else "in-place op (bumps _version)",
+                   "versions_bumped": fact.get("all_versions_bumped")}
             steps.append(row)
             if not res["ok"] and worst is None:
                 worst = row
             prev_ref, prev_sol = ref, sol
         if worst:
             return (ProbeStatus.FAILED,
-                    f"in-place state rescale '{worst['step']}' not reflected: reference changed by "
+                    f"weight/buffer change '{worst['step']}' ({worst['how']}) not reflected: reference changed by "
                     f"{worst['ref_change']:.4g}, solution by {worst['solution_change']:.4g}; "
                     f"{worst['bad']:,}/{worst['total']:,} bad, max_abs_diff={worst['max_abs_diff']:.4g}",
                     {"steps": steps})
-        return ProbeStatus.PASSED, f"{len(steps)} in-place weight/buffer rescales reflected", {"steps": steps}
+        return ProbeStatus.PASSED, f"{len(steps)} weight/buffer changes (version-bumping in-place ops and load_state_dict) reflected", {"steps": steps}
 
     def repeat_calls(self, si: int, shape: dict[str, Any]) -> Outcome:
         case = C.build_case(self.spec, shape, S.REPEAT, self.device)
@@ -330,6 +336,13 @@ class Verifier:
                 shape_index=si,
             ))
         return results
+
+
+def _how(row: dict[str, Any]) -> str:
+    if row.get("same_data_ptr") is False:
+        return "a fresh tensor object"
+    bumped = row.get("version_bumped")
+    return "same data_ptr, " + ("version bumped" if bumped else "version NOT bumped" if bumped is False else "?")
 
 
 def _bandwidth_gbs(gpu_name: str) -> float | None:
