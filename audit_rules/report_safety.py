@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TypeVar
+from typing import overload
 
 from ingest.model import ParsedRun
 
@@ -24,10 +24,15 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
 _BACKTICKS = re.compile(r"`+")
 _FENCE = re.compile(r"^(`{3,})")
 
-T = TypeVar("T", str, None)
+@overload
+def inline(text: str) -> str: ...
+@overload
+def inline(text: None) -> None: ...
+@overload
+def inline(text: str | None) -> str | None: ...
 
 
-def inline(text: T) -> T:
+def inline(text: str | None) -> str | None:
     """A one-line field: line breaks and control characters folded into one space."""
     if text is None:
         return text

@@ -476,7 +476,9 @@ def _iter_zip(f: BinaryIO, counters: _Counters, incoming: Path, seen: _Seen) -> 
                 name=shown,
             )
             try:
-                size, sha, md5, is_text = _copy_member(src, tmp, shown, counters, compressed_size=zi.compress_size)
+                size, sha, md5, is_text = _copy_member(
+                    cast(IO[bytes], src), tmp, shown, counters, compressed_size=zi.compress_size
+                )
             except ArchiveRejected:
                 raise
             except (OSError, ValueError, EOFError) as exc:
