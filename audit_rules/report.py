@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit_rules.base import Effect, Finding
+from audit_rules.report_safety import code_span, escape_html_outside_fences, fence_for, inline_run
 from audit_rules.verdicts import Contamination, Verdict, VerdictResult
 from ingest.model import ParsedRun
 
@@ -168,6 +169,8 @@ def summary_paragraph(run: ParsedRun, v: VerdictResult) -> str:
 
 
 def render_markdown(run: ParsedRun, verdict: VerdictResult) -> str:
+    # Archive-derived text is data, never markup (audit_rules.report_safety).
+    run = inline_run(run)
     v = verdict
     ctx = facts(run, v)
     out: list[str] = [f"# Audit report: {run.run_id}", "", summary_paragraph(run, v), ""]
@@ -187,10 +190,11 @@ def render_markdown(run: ParsedRun, verdict: VerdictResult) -> str:
     for f in findings:
         out.append(f"### {f.rule_id} {f.rule_name} — {f.severity.value}, {f.effect.value}")
         out.append("")
-        out.append(f"`{_loc(f)}`" + (f" — probe: {f.probe.value}" if f.probe is not None else ""))
+        out.append(code_span(_loc(f)) + (f" — probe: {f.probe.value}" if f.probe is not None else ""))
         out.append("")
         if f.quote:
-            out += ["```", f.quote.rstrip()[:2000], "```", ""]
+            quote = f.quote.rstrip()[:2000]
+            out += [fence_for(quote), quote, fence_for(quote), ""]
         out += [f.explanation, ""]
 
     out += ["## Probes", ""]
@@ -246,4 +250,4 @@ def render_markdown(run: ParsedRun, verdict: VerdictResult) -> str:
         + f"; produced by {v.produced_by.value} ({v.producer_detail})"
     )
     out += prov + [""]
-    return "\n".join(out)
+    return escape_html_outside_fences("\n".join(out))

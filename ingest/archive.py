@@ -17,7 +17,10 @@ What is refused, and why (the spec's "Bad input"):
 - bombs: member count, bytes actually read per file and in total, compression ratio (whole
   archive and per zip member, measured on what was decompressed, never on declared sizes) and
   zip entries whose data ranges overlap (the overlapping-files zip bomb);
-- more than one run, a missing / non-UTF-8 / non-object result.json.
+- more than one run, a missing / non-UTF-8 / non-object result.json, and one a database or a
+  reader cannot hold (NaN, huge numbers, lone surrogates, NUL, deep nesting: ingest.strict_json);
+- a run_id that is no URL segment or folder name (ingest.runid.run_id_problem);
+- zip members that inflate past their declared size (ingest.bounded: every decompressor is bounded).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from __future__ import annotations
 import codecs
 import hashlib
 import io
-import json
 import os
 import secrets
 import shutil
@@ -40,7 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO, cast
 
+from ingest.bounded import BoundedGzipReader, ZipMemberReader
 from ingest.model import ArchiveRejected, Limits, RejectReason, StagedFile, UnpackedArchive
+from ingest.runid import run_id_problem
+from ingest.strict_json import JsonRefused, loads_strict
 
 CHUNK = 1 << 20  # bounded copy buffer
 MAX_NAME_BYTES = 1024  # whole archive path, UTF-8
@@ -111,7 +116,12 @@ def _is_mac_metadata(path: str) -> bool:
 
 
 def _dup_key(path: str) -> str:
-    return unicodedata.normalize("NFC", path)
+    """Names that one reader could take for the same file collide: NFC and case-folded.
+
+    `Solution.py` beside `solution.py` is one file on macOS and Windows file systems (and to
+    anyone reading the report), two on Linux; which copy a consumer picks would be up to it.
+    """
+    return unicodedata.normalize("NFC", path).casefold()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,11 +311,20 @@ def _tar_kind_reject(info: tarfile.TarInfo, shown: str) -> None:
         raise _reject(_R.SPECIAL_FILE, f"unsupported tar member type {info.type!r}", shown)
 
 
+def _tar_stream_cap(limits: Limits) -> int:
+    """Most uncompressed tar-stream bytes read: every member's data plus its header and padding."""
+    return limits.max_total_bytes + limits.max_members * 1536 + 4 * MAX_META_HEADER_BYTES
+
+
 def _iter_tar(
-    f: BinaryIO, counters: _Counters, incoming: Path, seen: _Seen
+    f: BinaryIO, counters: _Counters, incoming: Path, seen: _Seen, *, gz: bool
 ) -> Iterator[_Pending]:
+    stream: BinaryIO = f
+    if gz:
+        # Our own gzip reader: every inflate call is bounded, the whole stream capped.
+        stream = cast(BinaryIO, io.BufferedReader(BoundedGzipReader(f, _tar_stream_cap(counters.limits)), CHUNK))
     try:
-        with tarfile.open(fileobj=f, mode="r|*", tarinfo=_BoundedTarInfo) as tf:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tf:  # type: ignore[call-overload]
             n = 0
             for info in tf:
                 shown = info.name[:200]
@@ -346,13 +365,17 @@ _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _SUPPORTED_ZIP_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA}
 
 
-def _zip_check_ranges(f: BinaryIO, infos: list[zipfile.ZipInfo], archive_size: int, cd_start: int) -> None:
+def _zip_check_ranges(
+    f: BinaryIO, infos: list[zipfile.ZipInfo], archive_size: int, cd_start: int
+) -> list[int]:
     """Each entry's [local header, end of data) must lie in the file and overlap no other.
 
     The classic non-recursive zip bomb points many central-directory entries at one
     (or overlapping) compressed stream; declared sizes cannot be trusted, ranges can be checked.
+    Returns where each entry's compressed data starts.
     """
     ranges: list[tuple[int, int, str]] = []
+    data_offsets: list[int] = []
     for zi in infos:
         start = zi.header_offset
         if start < 0 or start + _LOCAL_HEADER.size > archive_size:
@@ -363,7 +386,8 @@ def _zip_check_ranges(f: BinaryIO, infos: list[zipfile.ZipInfo], archive_size: i
         if fields[0] != b"PK\x03\x04":
             raise _reject(_R.CORRUPT_ARCHIVE, "bad local header signature", zi.orig_filename[:200])
         name_len, extra_len = fields[9], fields[10]
-        end = start + _LOCAL_HEADER.size + name_len + extra_len + zi.compress_size
+        data_offsets.append(start + _LOCAL_HEADER.size + name_len + extra_len)
+        end = data_offsets[-1] + zi.compress_size
         if end > archive_size:
             raise _reject(_R.CORRUPT_ARCHIVE, "entry data runs past the end of the archive", zi.orig_filename[:200])
         ranges.append((start, end, zi.orig_filename[:200]))
@@ -377,6 +401,7 @@ def _zip_check_ranges(f: BinaryIO, infos: list[zipfile.ZipInfo], archive_size: i
             )
     if ranges and ranges[-1][1] > cd_start > 0:
         raise _reject(_R.OVERLAPPING_ENTRIES, "entry data overlaps the central directory", ranges[-1][2])
+    return data_offsets
 
 
 def _zip_kind_reject(zi: zipfile.ZipInfo, shown: str) -> bool:
@@ -406,11 +431,11 @@ def _iter_zip(f: BinaryIO, counters: _Counters, incoming: Path, seen: _Seen) -> 
             raise _reject(_R.TOO_MANY_MEMBERS, f"more than {counters.limits.max_members} members")
         cd_start = getattr(zf, "start_dir", 0)
         try:
-            _zip_check_ranges(f, infos, counters.archive_size, cd_start)
+            data_offsets = _zip_check_ranges(f, infos, counters.archive_size, cd_start)
         except struct.error:
             raise _reject(_R.CORRUPT_ARCHIVE, "truncated local header") from None
         n = 0
-        for zi in infos:
+        for zi, data_offset in zip(infos, data_offsets, strict=True):
             raw_name = zi.orig_filename
             shown = raw_name[:200]
             counters.add_member(shown)
@@ -440,14 +465,23 @@ def _iter_zip(f: BinaryIO, counters: _Counters, incoming: Path, seen: _Seen) -> 
                 )
             n += 1
             tmp = incoming / f"{n:08d}"
+            # Never zf.open(): zipfile inflates bzip2/LZMA with no output bound (see ingest.bounded).
+            src = ZipMemberReader(
+                f,
+                data_offset=data_offset,
+                compress_size=zi.compress_size,
+                file_size=zi.file_size,
+                crc=zi.CRC,
+                method=zi.compress_type,
+                name=shown,
+            )
             try:
-                with zf.open(zi) as src:
-                    size, sha, md5, is_text = _copy_member(
-                        src, tmp, shown, counters, compressed_size=zi.compress_size
-                    )
+                size, sha, md5, is_text = _copy_member(
+                    cast(IO[bytes], src), tmp, shown, counters, compressed_size=zi.compress_size
+                )
             except ArchiveRejected:
                 raise
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error, NotImplementedError) as exc:
+            except (OSError, ValueError, EOFError) as exc:
                 raise _reject(_R.CORRUPT_ARCHIVE, f"unreadable member: {exc}", shown) from None
             if size != zi.file_size:
                 raise _reject(_R.CORRUPT_ARCHIVE, "member size differs from the central directory", shown)
@@ -526,13 +560,13 @@ def _json_has_run_id(p: _Pending) -> bool:
     if p.size > MAX_RESULT_JSON_BYTES or not p.is_text:
         return False
     try:
-        data = json.loads(p.tmp.read_text(encoding="utf-8"))
+        data = loads_strict(p.tmp.read_text(encoding="utf-8"))
     except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and "run_id" in data
 
 
-def _check_result_json(stripped: dict[str, _Pending]) -> None:
+def _check_result_json(stripped: dict[str, _Pending], run_folder: str) -> None:
     root = stripped.get("result.json")
     if root is None:
         deeper = sorted(p for p in stripped if PurePosixPath(p).name == "result.json")
@@ -548,11 +582,21 @@ def _check_result_json(stripped: dict[str, _Pending]) -> None:
     if text.startswith("\ufeff"):
         text = text[1:]
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise _reject(_R.INVALID_RESULT_JSON, f"result.json is not valid JSON: {exc}", "result.json") from None
+        data = loads_strict(text)
+    except JsonRefused as exc:
+        raise _reject(_R.INVALID_RESULT_JSON, f"result.json refused: {exc}", "result.json") from None
     if not isinstance(data, dict):
         raise _reject(_R.INVALID_RESULT_JSON, "result.json is not a JSON object", "result.json")
+    # The id the run is stored under: result.json's run_id, else the archive's folder name.
+    if "run_id" in data and data["run_id"] not in (None, ""):
+        problem = run_id_problem(data["run_id"])
+    elif run_folder:
+        problem = run_id_problem(run_folder)
+        problem = problem and f"no run_id in result.json and the folder name is no run id: {problem}"
+    else:
+        problem = None  # stored under a prefix of the archive's sha256
+    if problem:
+        raise _reject(_R.INVALID_RUN_ID, problem, "result.json")
     for path, pending in stripped.items():
         if path == "result.json" or PurePosixPath(path).name != "result.json":
             continue
@@ -662,7 +706,11 @@ def _unpack(f: BinaryIO, staging_dir: Path, limits: Limits) -> UnpackedArchive:
     counters = _Counters(limits, archive_size)
     seen = _Seen()
     pending: list[_Pending] = []
-    it = _iter_zip(f, counters, incoming, seen) if fmt == "zip" else _iter_tar(f, counters, incoming, seen)
+    it = (
+        _iter_zip(f, counters, incoming, seen)
+        if fmt == "zip"
+        else _iter_tar(f, counters, incoming, seen, gz=fmt == "tar.gz")
+    )
     for p in it:
         pending.append(p)
 
@@ -673,7 +721,7 @@ def _unpack(f: BinaryIO, staging_dir: Path, limits: Limits) -> UnpackedArchive:
         rel = p.path[cut:]
         p.path = rel
         stripped[rel] = p
-    _check_result_json(stripped)
+    _check_result_json(stripped, root)
 
     files: dict[str, StagedFile] = {}
     for rel, p in stripped.items():

@@ -35,6 +35,7 @@ class RejectReason(StrEnum):
     MISSING_RESULT_JSON = "missing_result_json"
     INVALID_RESULT_JSON = "invalid_result_json"
     INVALID_UTF8 = "invalid_utf8"
+    INVALID_RUN_ID = "invalid_run_id"
     EMPTY_UPLOAD = "empty_upload"
 
 

@@ -8,7 +8,6 @@ harness claimed.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
@@ -18,6 +17,7 @@ from graders.logformat import parse_benchmark_log, parse_check_log
 from ingest.logs import parse_gpu_lock_log
 from ingest.model import DeckSnapshot, Dialect, ParsedRun, TranscriptStats, UnpackedArchive
 from ingest.runid import parse_run_id
+from ingest.strict_json import loads_strict
 from ingest.template import check_template_integrity
 from ingest.transcripts import TRANSCRIPT_FILES, iter_events
 
@@ -150,7 +150,7 @@ def transcript_paths(archive: UnpackedArchive) -> list[str]:
 
 def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> ParsedRun:
     result_raw = archive.read_text("result.json").lstrip("\ufeff")
-    result: dict[str, Any] = json.loads(result_raw)  # safe_unpack validated it as a JSON object
+    result: dict[str, Any] = loads_strict(result_raw)  # safe_unpack validated it as a JSON object
     warnings: list[str] = []
 
     run_id = _str(result.get("run_id")) or archive.root_prefix or archive.archive_sha256[:16]
@@ -189,9 +189,9 @@ def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> Parsed
     regrade_record: dict[str, Any] | None = None
     if archive.has("result.regrade.json"):
         try:
-            loaded = json.loads(archive.read_bytes("result.regrade.json").decode("utf-8"))
+            loaded = loads_strict(archive.read_bytes("result.regrade.json").decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
-            loaded = None
+            loaded = None  # hostile values (NaN, NUL, ...) too: never stored
         if isinstance(loaded, dict):
             regrade_record = loaded
         else:

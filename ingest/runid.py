@@ -13,6 +13,26 @@ from collections.abc import Iterable
 
 from ingest.model import RunIdParts
 
+MAX_RUN_ID_CHARS = 200
+# KBH ids are `[A-Za-z0-9._+-]` (the model slug maps `/ : [ ]` and spaces to `_`); a run id is a
+# URL path segment (`/runs/{run_id}`) and a folder name, so nothing else is accepted.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def run_id_problem(run_id: object) -> str | None:
+    """Why `run_id` is not a valid run id, or None when it is."""
+    if not isinstance(run_id, str):
+        return f"run_id must be a string, not {type(run_id).__name__}"
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        return f"run_id of {len(run_id)} characters (limit {MAX_RUN_ID_CHARS})"
+    if not RUN_ID.fullmatch(run_id):
+        return (
+            f"run_id {run_id[:60]!r} may hold only ASCII letters, digits and . _ + - "
+            "and must start with a letter or digit"
+        )
+    return None
+
+
 _TS = re.compile(r"^(\d{8}_\d{6})_(.*)$")
 _COLLISION = re.compile(r"(_\d+_\d+)$")
 # Routed harness variants (`zai-claude`, `or-fable`) use hyphens, so `_` still ends the harness.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import shutil
 import stat
 import struct
@@ -604,6 +605,159 @@ def bad_corrupt_gz(tmp: Path, fmt: str = "tar.gz") -> Path:
     return path
 
 
+# ---------------------------------------------------------------------------------------------
+# Decompressors that lie about their output, case-only duplicates, hostile run_ids
+
+LZMA_PROPS = {"lc": 3, "lp": 0, "pb": 2, "dict_size": 1 << 20}
+BOMB_BYTES = 16 << 20  # what each lying member really inflates to (16 MiB of zeros)
+
+
+def zip_payload(method: int, data: bytes) -> bytes:
+    """`data` compressed the way a zip member of `method` stores it (LZMA with its 9-byte header)."""
+    import bz2
+    import lzma
+
+    if method == zipfile.ZIP_STORED:
+        return data
+    if method == zipfile.ZIP_DEFLATED:
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        return c.compress(data) + c.flush()
+    if method == zipfile.ZIP_BZIP2:
+        return bz2.compress(data, 9)
+    if method == zipfile.ZIP_LZMA:
+        props = bytes([LZMA_PROPS["lc"] + LZMA_PROPS["lp"] * 9 + LZMA_PROPS["pb"] * 45]) + struct.pack(
+            "<I", LZMA_PROPS["dict_size"]
+        )
+        raw = lzma.compress(data, format=lzma.FORMAT_RAW, filters=[{"id": lzma.FILTER_LZMA1, **LZMA_PROPS}])
+        return struct.pack("<BBH", 9, 4, len(props)) + props + raw
+    raise ValueError(method)
+
+
+def raw_zip(entries: list[tuple[str, int, bytes, int, int]]) -> bytes:
+    """A zip from (name, method, stored payload, crc, declared uncompressed size) entries.
+
+    Every header is written by hand, so the central directory can declare whatever size and CRC
+    a test wants, as an attacker's tool would.
+    """
+    body = b""
+    cd = b""
+    for name, method, payload, crc, declared in entries:
+        raw_name = name.encode()
+        offset = len(body)
+        body += struct.pack(
+            "<4sHHHHHIIIHH", b"PK\x03\x04", 63, 0, method, 0, 0x5021, crc, len(payload), declared, len(raw_name), 0
+        ) + raw_name + payload
+        cd += struct.pack(
+            "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 63, 63, 0, method, 0, 0x5021, crc, len(payload), declared,
+            len(raw_name), 0, 0, 0, 0, 0, offset,
+        ) + raw_name
+    eocd = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(cd), len(body), 0)
+    return body + cd + eocd
+
+
+def _honest(name: str, data: bytes, method: int = zipfile.ZIP_STORED) -> tuple[str, int, bytes, int, int]:
+    return (name, method, zip_payload(method, data), zlib.crc32(data), len(data))
+
+
+_BOMB_CACHE: dict[int, bytes] = {}
+
+
+def lying_zip_bytes(method: int, *, declared: int = 12, real: int = BOMB_BYTES) -> bytes:
+    """A run zip whose `run/big.log` member declares `declared` bytes and inflates to `real`."""
+    key = method * 1_000_003 + real
+    if key not in _BOMB_CACHE:
+        _BOMB_CACHE[key] = zip_payload(method, bytes(real))
+    payload = _BOMB_CACHE[key]
+    return raw_zip(
+        [
+            _honest("run/result.json", GOOD_RESULT),
+            _honest("run/solution.py", b"print('hi')\n"),
+            ("run/big.log", method, payload, zlib.crc32(bytes(declared)), declared),
+        ]
+    )
+
+
+def _lying(method: int) -> Callable[[Path, str], Path]:
+    def build(tmp: Path, fmt: str = "zip") -> Path:
+        assert fmt == "zip"
+        path = tmp / f"lying-{method}.zip"
+        path.write_bytes(lying_zip_bytes(method))
+        return path
+
+    build.__doc__ = f"A zip member (method {method}) declaring 12 bytes that inflates to 16 MiB."
+    return build
+
+
+def bad_zip_crc(tmp: Path, fmt: str = "zip") -> Path:
+    """A deflated member whose bytes do not match its CRC-32."""
+    data = b"checked bytes\n" * 100
+    entry = ("run/check.log", zipfile.ZIP_DEFLATED, zip_payload(zipfile.ZIP_DEFLATED, data), zlib.crc32(data) ^ 1,
+             len(data))
+    path = tmp / "crc.zip"
+    path.write_bytes(raw_zip([_honest("run/result.json", GOOD_RESULT), entry]))
+    return path
+
+
+def bad_zip_short(tmp: Path, fmt: str = "zip") -> Path:
+    """A bzip2 member that inflates to fewer bytes than it declares."""
+    data = b"short\n" * 10
+    entry = ("run/check.log", zipfile.ZIP_BZIP2, zip_payload(zipfile.ZIP_BZIP2, data), zlib.crc32(data), 4096)
+    path = tmp / "short.zip"
+    path.write_bytes(raw_zip([_honest("run/result.json", GOOD_RESULT), entry]))
+    return path
+
+
+def bad_duplicate_case(tmp: Path, fmt: str) -> Path:
+    """`run/Solution.py` beside `run/solution.py`: one file on a case-insensitive file system."""
+    return write_members(tmp, _run([("run/Solution.py", b"print('other')\n", {})]), fmt)
+
+
+def bad_file_folder_case(tmp: Path, fmt: str) -> Path:
+    """`run/Scratch` is a file and `run/scratch/x.py` a file in a folder of the same name, up to case."""
+    return write_members(tmp, _run([("run/Scratch", b"x", {}), ("run/scratch/x.py", b"y", {})]), fmt)
+
+
+def _result_with(**fields: Any) -> bytes:
+    return json.dumps({"run_id": DEFAULT_RUN_ID, "problem": DEFAULT_PROBLEM, **fields}).encode()
+
+
+def _run_id_case(run_id: Any, doc: str) -> Callable[[Path, str], Path]:
+    def build(tmp: Path, fmt: str) -> Path:
+        return write_members(tmp, _run([], result=json.dumps({"run_id": run_id}).encode()), fmt)
+
+    build.__doc__ = doc
+    return build
+
+
+# result.json texts that are JSON to a lenient parser and hostile to a database or a reader.
+HOSTILE_RESULT_JSON: dict[str, bytes] = {
+    "nan": b'{"run_id": "r1", "peak_fraction": NaN}',
+    "infinity": b'{"run_id": "r1", "peak_fraction": Infinity}',
+    "minus_infinity": b'{"run_id": "r1", "elapsed_seconds": -Infinity}',
+    "float_overflow": b'{"run_id": "r1", "peak_fraction": 1e400}',
+    "int_past_int64": b'{"run_id": "r1", "harness_exit_code": 9223372036854775808}',
+    "int_below_int64": b'{"run_id": "r1", "usage": {"input_tokens": -9223372036854775809}}',
+    "huge_int_digits": b'{"run_id": "r1", "check_exit_code": ' + b"9" * 5000 + b"}",
+    "lone_surrogate": b'{"run_id": "r1", "model": "claude-\\ud800"}',
+    "lone_surrogate_key": b'{"run_id": "r1", "\\udfff": 1}',
+    "nul_in_string": b'{"run_id": "r1", "model": "claude\\u0000opus"}',
+    "nul_in_key": b'{"run_id": "r1", "a\\u0000b": 1}',
+    "deep_nesting": b'{"run_id": "r1", "x": ' + b"[" * 400 + b"]" * 400 + b"}",
+    "deep_objects": b'{"run_id": "r1", "x": ' + b'{"a":' * 100 + b"1" + b"}" * 100 + b"}",
+    "long_string": b'{"run_id": "r1", "failure_reason": "' + random.Random(11).randbytes(200 << 10).hex().encode() + b'"}',
+    "duplicate_key": b'{"run_id": "r1", "correct": false, "correct": true}',
+    "long_number": b'{"run_id": "r1", "peak_fraction": 0.' + b"1" * 400 + b"}",
+}
+
+
+def _hostile_json(key: str) -> Callable[[Path, str], Path]:
+    def build(tmp: Path, fmt: str) -> Path:
+        return write_members(tmp, _run([], result=HOSTILE_RESULT_JSON[key]), fmt, name=f"json-{key}")
+
+    build.__doc__ = f"result.json: {key.replace('_', ' ')}"
+    return build
+
+
 ALL_FORMATS = ("tar", "tar.gz", "zip")
 TAR_FORMATS = ("tar", "tar.gz")
 
@@ -640,6 +794,26 @@ BAD_ARCHIVES: dict[str, tuple[Callable[[Path, str], Path], tuple[str, ...], str,
     "empty": (bad_empty, ("tar",), "empty_upload", {}),
     "not_an_archive": (bad_not_an_archive, ("tar",), "unsupported_format", {}),
     "corrupt_gz": (bad_corrupt_gz, ("tar.gz",), "corrupt_archive", {}),
+    "bzip2_lies_about_size": (_lying(zipfile.ZIP_BZIP2), ("zip",), "corrupt_archive", {}),
+    "lzma_lies_about_size": (_lying(zipfile.ZIP_LZMA), ("zip",), "corrupt_archive", {}),
+    "deflate_lies_about_size": (_lying(zipfile.ZIP_DEFLATED), ("zip",), "corrupt_archive", {}),
+    "zip_crc_mismatch": (bad_zip_crc, ("zip",), "corrupt_archive", {}),
+    "zip_member_short": (bad_zip_short, ("zip",), "corrupt_archive", {}),
+    "duplicate_case": (bad_duplicate_case, ALL_FORMATS, "duplicate_name", {}),
+    "file_folder_case": (bad_file_folder_case, ALL_FORMATS, "duplicate_name", {}),
+    "run_id_slash": (_run_id_case("20260801_x/../../etc", "run_id holding '/'"), ALL_FORMATS, "invalid_run_id", {}),
+    "run_id_long": (_run_id_case("r" * 100_000, "a 100,000-character run_id"), ("tar.gz", "zip"), "invalid_run_id",
+                    {}),
+    "run_id_space": (_run_id_case("run id with spaces", "run_id with spaces"), ("zip",), "invalid_run_id", {}),
+    "run_id_unicode": (_run_id_case("r\u00fcn\u202e", "run_id with non-ASCII and a bidi override"), ("tar",),
+                       "invalid_run_id", {}),
+    "run_id_not_string": (_run_id_case(12345, "run_id that is a number"), ("tar",), "invalid_run_id", {}),
+    "run_id_dotdot": (_run_id_case("..", "run_id '..'"), ("zip",), "invalid_run_id", {}),
+    **{
+        f"json_{key}": (_hostile_json(key), ("tar.gz", "zip") if key in ("nan", "nul_in_string") else ("zip",),
+                        "invalid_result_json", {})
+        for key in HOSTILE_RESULT_JSON
+    },
 }
 
 
