@@ -212,6 +212,7 @@ def run_page(run_id: str, svc: Annotated[Services, Depends(services)]) -> HTMLRe
         "run.html", run=run, verdict=verdict, history=history, jobs=data.jobs, measurements=measurements,
         probes=data.probe_results, roofline=rf, lock=lock, evidence=Markup(fragment),
         transcripts=run.transcripts or [], template=run.template or {}, n_findings=len(findings),
+        artifacts=data.artifacts[:500],
     )
     response.headers["X-Kaudit-Evidence"] = source
     return response
