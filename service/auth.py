@@ -8,7 +8,6 @@ from fastapi import HTTPException, Request, status
 
 from service.settings import Settings
 
-
 NO_TOKENS = (
     "no API tokens are configured on this server, so every write is refused: start it with "
     "KAUDIT_API_TOKENS=<token> (e.g. KAUDIT_API_TOKENS=secret-token scripts/serve.sh) and send "

@@ -278,7 +278,7 @@ def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Resp
 )
 def regrade_run(
     run_id: str, svc: Annotated[Services, Depends(services)], body: RegradeRequest | None = None
-) -> RegradeAccepted:
+) -> RegradeAccepted | JSONResponse:
     body = body or RegradeRequest()
     try:
         outcome = svc.jobs.enqueue_regrade(run_id, force=body.force, probes=body.probes, gpu_pool=body.gpu_pool)

@@ -202,11 +202,10 @@ def run_page(run_id: str, svc: Annotated[Services, Depends(services)]) -> HTMLRe
     # Rows are append-only: the evidence is a pure function of (verdict row, archive, kaudit version).
     key = f"{verdict.id if verdict else 0}-{run.archive_sha256[:16]}-{kaudit_version()}"
     fragment, source = views.cached_fragment(svc.settings.report_cache_dir.parent / "ui", key, evidence)
-    measurements = [
-        {"m": m, "shapes": views.shape_rows(m.shapes or [])} for m in data.measurements
-    ]
-    best = next((x for x in reversed(measurements) if x["shapes"]), None)
-    rf = views.roofline(run.hardware, best["shapes"] if best else [])
+    shape_lists = [views.shape_rows(m.shapes or []) for m in data.measurements]
+    measurements = [{"m": m, "shapes": rows} for m, rows in zip(data.measurements, shape_lists, strict=True)]
+    best = next((rows for rows in reversed(shape_lists) if rows), [])
+    rf = views.roofline(run.hardware, best)
     lock = (run.logs or {}).get("gpu_lock") or {}
     response = render(
         "run.html", run=run, verdict=verdict, history=history, jobs=data.jobs, measurements=measurements,

@@ -54,7 +54,7 @@ def test_upload_matrix_run_page_and_regrade(live: LiveServer, page: Any, tmp_pat
     r = post_archive(live, good_archive(tmp_path, solution=HACK_SOLUTION))
     assert r.status_code in (200, 201), r.text
     page.goto(live.url + "/")
-    cell = page.locator(f'td.cell[data-model="claude-opus-4-8"][data-problem="01_fp8_gemm"]')
+    cell = page.locator('td.cell[data-model="claude-opus-4-8"][data-problem="01_fp8_gemm"]')
     assert cell.count() == 1
     label = cell.locator(".label").inner_text()
     assert label and label != "no verdict"
