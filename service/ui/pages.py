@@ -204,7 +204,7 @@ def run_page(run_id: str, svc: Annotated[Services, Depends(services)]) -> HTMLRe
     fragment, source = views.cached_fragment(svc.settings.report_cache_dir.parent / "ui", key, evidence)
     shape_lists = [views.shape_rows(m.shapes or []) for m in data.measurements]
     measurements = [{"m": m, "shapes": rows} for m, rows in zip(data.measurements, shape_lists, strict=True)]
-    best = next((rows for rows in reversed(shape_lists) if rows), [])
+    best: list[dict[str, Any]] = next((rows for rows in reversed(shape_lists) if rows), [])
     rf = views.roofline(run.hardware, best)
     lock = (run.logs or {}).get("gpu_lock") or {}
     response = render(
