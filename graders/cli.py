@@ -7,7 +7,7 @@
 The problem is a deck problem id resolved under `kernels/<deck>/` (or a path to a problem folder).
 `--device cpu` runs Triton through its interpreter at SMALL_SHAPES: a smoke run, never
 publish-grade. Exit code: check 0 only with exactly one PASS line and it is the last; bench 0
-when every shape was timed.
+when every shape was timed; 3 (no_cuda_device) when --device cuda finds no CUDA device.
 """
 
 from __future__ import annotations
@@ -51,6 +51,29 @@ def _prepare_device(device: str | None) -> str:
     return dev
 
 
+NO_CUDA_EXIT = 3  # `--device cuda` on a host where torch sees no CUDA device (not a correctness verdict)
+
+
+def no_cuda_device(dev: str) -> bool:
+    """True when a CUDA device was asked for and torch sees none."""
+    if not dev.startswith("cuda"):
+        return False
+    try:
+        import torch
+
+        return not torch.cuda.is_available()
+    except Exception:
+        return True
+
+
+def _refuse_no_cuda(what: str) -> int:
+    sys.stderr.write(
+        f"no_cuda_device: {what} asked for --device cuda, but torch sees no CUDA device on this host; "
+        "nothing was graded (use --device cpu for an interpreter smoke run)\n"
+    )
+    return NO_CUDA_EXIT
+
+
 def check_exit_code(lines: Sequence[str]) -> int:
     """0 only with exactly one `PASS` line, and it is the last line."""
     stripped = [ln.strip() for ln in lines if ln.strip()]
@@ -87,6 +110,8 @@ def check_main(
 ) -> int:
     """Run kaudit's check, print check.log lines (and write them to `log`), return the exit code."""
     dev = _prepare_device(device)
+    if no_cuda_device(dev):
+        return _refuse_no_cuda("check")
     shape_set = shapes or ("all" if dev.startswith("cuda") else "small")
     from graders.correctness import run_check
 
@@ -114,6 +139,8 @@ def bench_main(
 ) -> int:
     """Run kaudit's benchmark, print benchmark.log lines, return 0 when every shape was timed."""
     dev = _prepare_device(device)
+    if no_cuda_device(dev):
+        return _refuse_no_cuda("bench")
     shape_set = shapes or ("all" if dev.startswith("cuda") else "small")
     from graders.timing import run_benchmark
 

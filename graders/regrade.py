@@ -48,9 +48,10 @@ INFRA_PATTERNS: tuple[tuple[str, str], ...] = (
     ("compiler_missing", r"(gcc|g\+\+|c\+\+|cc|clang): (command )?not found|command '[^']*(g\+\+|gcc|c\+\+)' "
                          r"failed|No such file or directory: '(g\+\+|gcc|c\+\+|cc)'"),
     ("python_headers_missing", r"Python\.h: No such file or directory"),
+    ("no_cuda_device", r"no CUDA-capable device is detected|Found no NVIDIA driver|cudaErrorNoDevice|"
+                       r"No CUDA GPUs are available"),
     ("driver_mismatch", r"CUDA driver version is insufficient|driver/library version mismatch|CUDA driver "
-                        r"initialization failed|cudaErrorInsufficientDriver|forward compatibility was attempted|"
-                        r"no CUDA-capable device is detected|Found no NVIDIA driver"),
+                        r"initialization failed|cudaErrorInsufficientDriver|forward compatibility was attempted"),
     ("toolchain_missing", r"[Cc]annot find ptxas|ptxas: not found|libcuda\.so cannot found|failed to find libcuda"),
     ("disk_full", r"No space left on device"),
     ("grader_missing", r"No module named 'graders"),
@@ -261,7 +262,7 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
         check = _step(run, sb, "check", "check", common)
     run.env = dict((check.result or {}).get("env") or {})
     if check.ok and run.device == "cuda" and not run.env.get("cuda_available"):
-        return _infra(run, "driver_mismatch", "torch in the sandbox sees no CUDA device")
+        return _infra(run, "no_cuda_device", "torch in the sandbox sees no CUDA device")
     verdict = _classify_check(run, check)
     if verdict is not None:
         if not verdict.infra_failure and verdict.failure_reason == "check_failed" and wanted:

@@ -2,6 +2,12 @@
 # Create .venv (if missing) and install kaudit with pinned dependencies. Idempotent and quick when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Headless Chromium for the browser tests (Debian's package; Playwright drives it, never downloads one).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "bootstrap: installing Debian's chromium for the browser tests" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null
+fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then

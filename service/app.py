@@ -112,6 +112,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         svc.decks.ensure_bundled()
+        if not settings.api_tokens:
+            log.warning(
+                "no KAUDIT_API_TOKENS configured: uploads and regrades will be refused (403) until the "
+                "server is started with KAUDIT_API_TOKENS=<token>"
+            )
         worker: Any = None
         if start_worker and settings.worker_mode == "inprocess":
             import importlib
@@ -129,11 +134,16 @@ def create_app(
         version="0.1.0",
         summary="Audit and provenance service for AI-agent GPU kernel runs",
         lifespan=lifespan,
+        docs_url=None,  # served by service.ui from locally shipped assets (no CDN)
+        redoc_url=None,
     )
     app.state.services = svc
     app.include_router(runs_router)
     app.include_router(decks_router)
     app.include_router(jobs_router)
+    from service.ui.pages import mount as mount_ui
+
+    mount_ui(app)
     app.add_middleware(UploadLimit, max_bytes=settings.max_archive_bytes + MULTIPART_OVERHEAD)
 
     @app.middleware("http")

@@ -8,8 +8,16 @@ from fastapi import HTTPException, Request, status
 
 from service.settings import Settings
 
+NO_TOKENS = (
+    "no API tokens are configured on this server, so every write is refused: start it with "
+    "KAUDIT_API_TOKENS=<token> (e.g. KAUDIT_API_TOKENS=secret-token scripts/serve.sh) and send "
+    "Authorization: Bearer <token>"
+)
+
 
 def _check(request: Request, settings: Settings) -> None:
+    if not settings.api_tokens:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=NO_TOKENS)
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():

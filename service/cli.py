@@ -50,12 +50,29 @@ def _settings() -> Settings:
 
 
 _MIGRATED: set[str] = set()
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"  # where scripts/serve.sh keeps its data
+
+
+def _say_where(settings: Settings) -> None:
+    """An embedded SQLite file that does not exist yet is about to be created: say where (once)."""
+    if not settings.is_sqlite or settings.database_url in _MIGRATED:
+        return
+    from sqlalchemy.engine import make_url
+
+    db_file = make_url(settings.database_url).database
+    if not db_file or db_file == ":memory:" or Path(db_file).exists():
+        return
+    hint = ""
+    if (REPO_DATA / "kaudit.db").exists() and Path(db_file).resolve() != (REPO_DATA / "kaudit.db").resolve():
+        hint = f"; the server of scripts/serve.sh uses {REPO_DATA} (set KAUDIT_DATA_DIR={REPO_DATA} to share it)"
+    typer.echo(f"kaudit: no database at {db_file}: creating a new, empty one{hint}", err=True)
 
 
 def _services(settings: Settings | None = None) -> Any:
     from service.context import Services
 
     settings = settings or _settings()
+    _say_where(settings)
     if settings.auto_migrate and settings.database_url not in _MIGRATED:
         from service.migrate import upgrade_head
 
@@ -69,6 +86,12 @@ def _filters(
     verdict: str | None, reward_hack: bool | None, contamination: str | None, publish_grade: bool | None,
     started_from: datetime | None, started_to: datetime | None,
 ) -> RunFilters:
+    from audit_rules.verdicts import Contamination, Verdict
+
+    for name, value, enum in (("verdict", verdict, Verdict), ("contamination", contamination, Contamination)):
+        allowed = [e.value for e in enum]
+        if value is not None and value not in allowed:
+            reject(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
     return RunFilters(
         model=model, harness=harness, problem=problem, deck=deck, hardware=hardware, verdict=verdict,
         reward_hack=reward_hack, contamination=contamination, publish_grade=publish_grade,
@@ -392,6 +415,10 @@ def regrade_cmd(
     except (NotRegradable, UnknownProbe) as exc:
         reject(f"cannot regrade {run_id}: {exc}")
     job = outcome.job
+    if not outcome.created and job.state == "failed":
+        from service.runs.endpoints import failed_job_message
+
+        reject(failed_job_message(job))
     typer.echo(f"job {job.id}\t{'enqueued' if outcome.created else 'already enqueued'}\tstate={job.state}")
     if not wait:
         return
@@ -405,6 +432,12 @@ def regrade_cmd(
             typer.echo(line)
             last = line
         if current.state in ("succeeded", "failed", "cancelled"):
+            if current.state != "succeeded" and current.error:
+                typer.echo(f"job {current.id} error:\n{current.error.strip()}", err=True)
+            elif current.state == "succeeded" and current.result:
+                r = current.result
+                typer.echo(f"job {current.id}\tverdict={r.get('verdict')}\tpeak_fraction={r.get('peak_fraction')}"
+                           f"\tpublish_grade={r.get('publish_grade')}")
             raise typer.Exit(0 if current.state == "succeeded" else 1)
         time.sleep(1.0)
 

@@ -29,6 +29,17 @@ class JobRepository:
     def for_run(self, run_pk: int) -> Sequence[Job]:
         return self.session.scalars(select(Job).where(Job.run_id == run_pk).order_by(Job.id)).all()
 
+    def listing(
+        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
+    ) -> Sequence[tuple[Job, str]]:
+        """Newest first, with each job's run_id string."""
+        stmt = select(Job, Run.run_id).join(Run, Run.id == Job.run_id)
+        if run_id is not None:
+            stmt = stmt.where(Run.run_id == run_id)
+        if state is not None:
+            stmt = stmt.where(Job.state == state)
+        return [(r[0], r[1]) for r in self.session.execute(stmt.order_by(Job.id.desc()).limit(limit)).all()]
+
     def add(self, job: Job) -> Job:
         self.session.add(job)
         self.session.flush()

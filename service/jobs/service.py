@@ -129,6 +129,12 @@ class JobService:
         with self.db.session() as session:
             return JobRepository(session).get_with_run_id(job_id)
 
+    def listing(
+        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
+    ) -> Sequence[tuple[Job, str]]:
+        with self.db.session() as session:
+            return JobRepository(session).listing(run_id=run_id, state=state, limit=limit)
+
     def counts_by_state(self) -> dict[str, int]:
         with self.db.session() as session:
             return JobRepository(session).counts_by_state()

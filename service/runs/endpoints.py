@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, File, HTTPException, Query, Request, UploadFile, status
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 
+from audit_rules.verdicts import Contamination, Verdict
 from ingest.model import ArchiveRejected, RejectReason
 from service.auth import require_read, require_write
 from service.context import Services
@@ -27,6 +28,7 @@ from service.runs.schemas import (
     RunSummary,
     VerdictOut,
     detail_from,
+    job_out_of,
 )
 from service.runs.service import RunConflict
 
@@ -66,8 +68,20 @@ def rejection_response(exc: ArchiveRejected) -> JSONResponse:
 
 
 def job_out(job: Job, run_id: str) -> JobOut:
-    out = JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if c != "run_id"}, "run_id": run_id})
-    return out
+    return job_out_of(job, run_id)
+
+
+VERDICT_VALUES = tuple(v.value for v in Verdict)
+CONTAMINATION_VALUES = tuple(c.value for c in Contamination)
+
+
+def check_enum_filter(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
+    """An unknown value of a closed filter is a 422 naming the allowed ones (not an empty page)."""
+    if value is not None and value not in allowed:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"unknown {name} {value!r}; allowed: {', '.join(allowed)}",
+        )
 
 
 @router.post(
@@ -142,6 +156,8 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> RunPage:
+    check_enum_filter("verdict", verdict, VERDICT_VALUES)
+    check_enum_filter("contamination", contamination, CONTAMINATION_VALUES)
     filters = RunFilters(
         model=model,
         harness=harness,
@@ -258,10 +274,11 @@ def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Resp
     status_code=status.HTTP_202_ACCEPTED,
     dependencies=[Depends(require_write)],
     summary="Enqueue an isolated regrade (idempotent per run, archive, grader version, probe set)",
+    responses={409: {"description": "the identical job already failed; send force=true to run it again"}},
 )
 def regrade_run(
     run_id: str, svc: Annotated[Services, Depends(services)], body: RegradeRequest | None = None
-) -> RegradeAccepted:
+) -> RegradeAccepted | JSONResponse:
     body = body or RegradeRequest()
     try:
         outcome = svc.jobs.enqueue_regrade(run_id, force=body.force, probes=body.probes, gpu_pool=body.gpu_pool)
@@ -269,4 +286,25 @@ def regrade_run(
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}") from exc
     except (NotRegradable, UnknownProbe) as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from exc
-    return RegradeAccepted(job=job_out(outcome.job, run_id), created=outcome.created)
+    job = outcome.job
+    if not outcome.created and job.state == "failed":
+        # The identical job already ran and failed: answering 202 with it would read as "queued".
+        return JSONResponse(
+            {
+                "reason": "previous_job_failed",
+                "detail": failed_job_message(job),
+                "job": job_out(job, run_id).model_dump(mode="json"),
+            },
+            status_code=status.HTTP_409_CONFLICT,
+        )
+    return RegradeAccepted(job=job_out(job, run_id), created=outcome.created)
+
+
+def failed_job_message(job: Job) -> str:
+    error = (job.error or "no error recorded").strip().splitlines()
+    last = error[-1] if error else ""
+    return (
+        f"the identical regrade job {job.id} already failed after {job.attempts}/{job.max_attempts} attempt(s): "
+        f"{last[:500]}; nothing was enqueued. To run it again, POST with {{\"force\": true}} "
+        f"(kaudit regrade RUN_ID --force)"
+    )

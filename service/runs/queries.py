@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.db import Database
-from service.models import Artifact, Measurement, ProbeResultRow, Run, VerdictRow
+from service.jobs.repository import JobRepository
+from service.models import Artifact, Job, Measurement, ProbeResultRow, Run, VerdictRow
 from service.runs.repository import RunFilters, RunRepository
 
 
@@ -17,6 +18,7 @@ class RunDetailData:
     measurements: Sequence[Measurement]
     probe_results: Sequence[ProbeResultRow]
     artifacts: Sequence[Artifact]
+    jobs: Sequence[Job] = ()
 
 
 class RunQueries:
@@ -45,6 +47,7 @@ class RunQueries:
                 measurements=repo.measurements(run.id),
                 probe_results=repo.probe_results(run.id),
                 artifacts=repo.artifacts(run.id),
+                jobs=JobRepository(session).for_run(run.id),
             )
 
     def verdicts(self, run_id: str) -> Sequence[VerdictRow] | None:

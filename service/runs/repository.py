@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -68,12 +68,16 @@ class RunFilters:
     publish_grade: bool | None = None
     started_from: datetime | None = None
     started_to: datetime | None = None
+    # The stored hardware names a `hardware` filter stands for (RunRepository.resolve fills it).
+    hardware_in: tuple[str, ...] | None = None
 
     def clauses(self) -> list[ColumnElement[bool]]:
         out: list[ColumnElement[bool]] = []
         for name in ("model", "harness", "problem", "deck", "hardware", "verdict", "contamination"):
             value = getattr(self, name)
-            if value is not None:
+            if name == "hardware" and self.hardware_in is not None:
+                out.append(Run.hardware.in_(self.hardware_in))
+            elif value is not None:
                 out.append(getattr(Run, name) == value)
         if self.reward_hack is not None:
             out.append(Run.reward_hack.is_(self.reward_hack))
@@ -88,6 +92,28 @@ class RunFilters:
         if self.started_to is not None:
             out.append(Run.started_key < self.started_to)
         return out
+
+
+def hardware_matches(query: str, stored: str) -> bool:
+    """A hardware filter matches the full device string, its SKU ("H100 SXM") or a short name in it.
+
+    "RTX PRO 6000" finds "NVIDIA RTX PRO 6000 Blackwell Server Edition"; "H100" finds every H100;
+    matching is case-insensitive and on word boundaries ("H10" finds nothing).
+    """
+    import re
+
+    from graders.roofline import detect_sku
+
+    q = " ".join(query.upper().replace("-", " ").split())
+    name = " ".join(stored.upper().replace("-", " ").split())
+    if not q:
+        return False
+    if q == name:
+        return True
+    sku = detect_sku(stored)
+    if sku is not None and sku.upper() == q:
+        return True
+    return re.search(rf"(?<![A-Z0-9]){re.escape(q)}(?![A-Z0-9])", name) is not None
 
 
 def encode_cursor(sort: str, order: str, value: Any, pk: int) -> str:
@@ -131,6 +157,14 @@ class RunRepository:
     def run_ids(self) -> frozenset[str]:
         return frozenset(self.session.scalars(select(Run.run_id)).all())
 
+    def resolve(self, filters: RunFilters) -> RunFilters:
+        """Expand a short hardware name to the stored device strings it stands for."""
+        if filters.hardware is None or filters.hardware_in is not None:
+            return filters
+        names = self.session.scalars(select(Run.hardware).distinct().where(Run.hardware.is_not(None))).all()
+        matched = tuple(sorted(n for n in names if n is not None and hardware_matches(filters.hardware, n)))
+        return replace(filters, hardware_in=matched)
+
     def page(
         self,
         filters: RunFilters,
@@ -142,6 +176,7 @@ class RunRepository:
     ) -> tuple[list[Run], str | None]:
         """One page of runs, keyset-paginated over (sort key, id): stable under inserts."""
         col = SORT_COLUMNS[sort]
+        filters = self.resolve(filters)
         stmt = select(Run).options(*LIST_DEFERRED).where(*filters.clauses())
         if cursor:
             value, pk = decode_cursor(cursor, sort, order)
@@ -162,6 +197,7 @@ class RunRepository:
         return rows, next_cursor
 
     def count(self, filters: RunFilters) -> int:
+        filters = self.resolve(filters)
         return int(self.session.scalar(select(func.count(Run.id)).where(*filters.clauses())) or 0)
 
     def verdict(self, verdict_id: int | None) -> VerdictRow | None:
@@ -204,6 +240,7 @@ class RunRepository:
         return set(self.session.scalars(select(Artifact.blob_key).where(Artifact.blob_key.in_(keys))).all())
 
     def current_verdict_rows(self, filters: RunFilters) -> Sequence[tuple[Run, VerdictRow | None]]:
+        filters = self.resolve(filters)
         stmt = (
             select(Run, VerdictRow)
             .outerjoin(VerdictRow, VerdictRow.id == Run.current_verdict_id)

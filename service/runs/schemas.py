@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.jobs.schemas import JobOut
+
 
 class _Out(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -141,6 +143,7 @@ class RunDetail(RunSummary):
     measurements: list[MeasurementOut] = Field(default_factory=list)
     probe_results: list[ProbeResultOut] = Field(default_factory=list)
     artifacts: list[ArtifactOut] = Field(default_factory=list)
+    jobs: list[JobOut] = Field(default_factory=list, description="the run's regrade jobs, oldest first")
 
 
 class RunPage(BaseModel):
@@ -154,7 +157,7 @@ class Rejection(BaseModel):
     member: str | None = None
 
 
-_DETAIL_CHILDREN = frozenset({"current_verdict", "measurements", "probe_results", "artifacts"})
+_DETAIL_CHILDREN = frozenset({"current_verdict", "measurements", "probe_results", "artifacts", "jobs"})
 
 
 def detail_from(data: Any) -> RunDetail:
@@ -168,5 +171,11 @@ def detail_from(data: Any) -> RunDetail:
             "measurements": [MeasurementOut.model_validate(m) for m in data.measurements],
             "probe_results": [ProbeResultOut.model_validate(p) for p in data.probe_results],
             "artifacts": [ArtifactOut.model_validate(a) for a in data.artifacts],
+            "jobs": [job_out_of(j, run.run_id) for j in getattr(data, "jobs", ())],
         }
     )
+
+
+def job_out_of(job: Any, run_id: str) -> JobOut:
+    """A job row as the API shape (jobs are named by their run's run_id string)."""
+    return JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if c != "run_id"}, "run_id": run_id})

@@ -68,6 +68,8 @@ def test_infra_classification_of_logs() -> None:
     assert classify_infra("/bin/sh: 1: nvcc: not found") == "nvcc_missing"
     assert classify_infra("RuntimeError: CUDA driver version is insufficient for CUDA runtime version") \
         == "driver_mismatch"
+    assert classify_infra("RuntimeError: No CUDA GPUs are available; no CUDA-capable device is detected") \
+        == "no_cuda_device"
     assert classify_infra("FAIL: shape 0 (64, 64, 64) seed 42 case nominal: tolerance exceeded") is None
 
 

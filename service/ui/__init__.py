@@ -1,0 +1,1 @@
+"""The operator's web pages (server-rendered Jinja2, autoescaped; no build step, no network assets)."""
