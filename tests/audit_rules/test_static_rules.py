@@ -122,9 +122,10 @@ def test_hack_deck_examples_are_flagged_for_their_probe(decks: Any) -> None:
 
 
 def test_cache_classification(decks: Any) -> None:
-    (pad,) = _run("KA102", "bad_pad_cache_id_version.py", decks)
+    (pad,) = _run("KA102", "bad_benign_pad_cache_id_version.py", decks)
     assert pad.data["cached_kind"] == "input_copy" and pad.data["version_guarded"] is True
-    assert {"id", "version"} <= set(pad.data["key_kinds"]) and pad.effect is Effect.NEEDS_PROBE
+    assert {"id", "version"} <= set(pad.data["key_kinds"]) and pad.effect is Effect.ADVISORY
+    assert pad.probe is not None and pad.probe.value == "same_storage_overwrite"
     (rep,) = _run("KA102", "bad_weight_repack_unguarded.py", decks)
     assert rep.data["cached_kind"] == "weight_copy" and not rep.data["version_guarded"]
     assert rep.probe is not None and rep.probe.value == "weight_mutation"

@@ -278,6 +278,26 @@ def _fill_target(module: PyModule, func: FunctionInfo, node: ast.AST, bufs: set[
     return None
 
 
+def _capture_guards(module: PyModule, func: FunctionInfo, capture_nodes: list[ast.AST]) -> list[ast.AST]:
+    """For each capture inside `func`, the branch of the innermost `if` that holds it: code in
+    that branch runs only when the graph is (re)captured."""
+    out: list[ast.AST] = []
+    for cap in capture_nodes:
+        if not _contains(func.node, cap):
+            continue
+        child: ast.AST = cap
+        for anc in module.ancestors(cap):
+            if anc is func.node:
+                break
+            if isinstance(anc, ast.If):
+                branch = anc.body if child in anc.body else anc.orelse if child in anc.orelse else None
+                if branch is not None:
+                    out.append(ast.Module(body=list(branch), type_ignores=[]))
+                    break
+            child = anc
+    return out
+
+
 def _classify_replay(
     module: PyModule,
     func: FunctionInfo,
@@ -304,12 +324,7 @@ def _classify_replay(
                 refreshed.add(target)  # the copy is part of the graph: every replay redoes it
                 continue
             if other is func:
-                on_capture_path = any(
-                    isinstance(a, ast.If) and any(_contains(a, r) for r in capture_nodes)
-                    for a in module.ancestors(fill)
-                    if a is not func.node
-                )
-                if not on_capture_path:
+                if not any(_contains(g, fill) for g in _capture_guards(module, func, capture_nodes)):
                     refreshed.add(target)  # runs on every call, before the replay
             elif not has_capture:
                 refreshed.add(target)  # a copy-in helper with no capture of its own
@@ -489,13 +504,40 @@ def _python_capture_args(sub: Submission, names: list[str]) -> str:
                 if not (isinstance(node, ast.Call) and S.call_name(node) in names):
                     continue
                 seen = True
-                for a in [*node.args, *[k.value for k in node.keywords]]:
-                    if isinstance(a, ast.Name) and a.id not in params:
-                        if _local_kind(a, scope, func) == "snapshot":
-                            return "unknown"
-                    elif isinstance(a, ast.Call) and _value_kind(a, scope, func, params, 0) == "snapshot":
-                        return "unknown"
-    return "live" if seen else "unknown"
+                if _passes_snapshot(sub, module, func, node):
+                    return "unknown"
+    if seen:
+        return "live"
+    # the extension entry point is bound under another name (a method table, a getattr): no
+    # Python call may hand the extension a snapshot of an input either
+    for module in sub.modules.values():
+        for func in module.functions.values():
+            if func.is_triton or func not in sub.reach().live:
+                continue
+            for node in walk_body(func.node):
+                if isinstance(node, ast.Call) and _passes_snapshot(sub, module, func, node):
+                    return "unknown"
+    return "live"
+
+
+def _passes_snapshot(sub: Submission, module: PyModule, func: FunctionInfo, call: ast.Call) -> bool:
+    """Does this call hand over a capture-time copy of an input (a local clone, or a persistent
+    buffer an input is copied into), or its data_ptr()?"""
+    scope = module.scope(func)
+    params = set(func.params) - {"self", "cls"}
+    for a in [*call.args, *[k.value for k in call.keywords]]:
+        base = a
+        if isinstance(base, ast.Call) and S.call_name(base) == "data_ptr" and isinstance(base.func, ast.Attribute):
+            base = base.func.value
+        if isinstance(base, ast.Name) and base.id not in params:
+            if _local_kind(base, scope, func) == "snapshot":
+                return True
+        elif isinstance(base, ast.Call) and _value_kind(base, scope, func, params, 0) == "snapshot":
+            return True
+        root = _caches.is_persistent_value(base, module, func) if isinstance(base, ast.expr) else None
+        if root is not None and _holds_input_copy(sub, module, root):
+            return True
+    return False
 
 
 def _roots(module: PyModule, func: FunctionInfo, copies: list[ast.Call]) -> set[str]:
