@@ -298,6 +298,18 @@ def _capture_guards(module: PyModule, func: FunctionInfo, capture_nodes: list[as
     return out
 
 
+def _under_state_guard(module: PyModule, func: FunctionInfo, node: ast.AST) -> bool:
+    """Inside an `if`/`elif` that compares with persistent state (`elif key != self._key:`)."""
+    for anc in module.ancestors(node):
+        if anc is func.node:
+            break
+        if isinstance(anc, ast.If) and any(
+            isinstance(n, ast.expr) and _caches.is_persistent_value(n, module, func) is not None for n in ast.walk(anc.test)
+        ):
+            return True
+    return False
+
+
 def _classify_replay(
     module: PyModule,
     func: FunctionInfo,
@@ -312,6 +324,7 @@ def _classify_replay(
     captured = {id(n) for _, _, nodes in regions for n in nodes}
     capture_nodes = [r for _, r, _ in regions]
     refreshed: set[str] = set()
+    keyed: set[str] = set()
     for other in module.functions.values():
         if other.is_triton:
             continue
@@ -324,11 +337,17 @@ def _classify_replay(
                 refreshed.add(target)  # the copy is part of the graph: every replay redoes it
                 continue
             if other is func:
-                if not any(_contains(g, fill) for g in _capture_guards(module, func, capture_nodes)):
-                    refreshed.add(target)  # runs on every call, before the replay
+                if any(_contains(g, fill) for g in _capture_guards(module, func, capture_nodes)):
+                    continue  # runs only when the graph is captured
+                if _under_state_guard(module, func, fill):
+                    keyed.add(target)  # copied in only when a cache key moves
+                    continue
+                refreshed.add(target)  # runs on every call, before the replay
             elif not has_capture:
                 refreshed.add(target)  # a copy-in helper with no capture of its own
     stale = sorted(staging - refreshed)
+    if stale and set(stale) <= keyed:
+        return "staging_refreshed_on_key_change", stale
     if stale:
         return "staging_refreshed_at_capture", stale
     return "staging_refreshed_each_call", []
@@ -388,16 +407,22 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     "stale_buffers": stale,
                     "where": sub.where(func),
                 }
-                if reads == "staging_refreshed_at_capture":
+                if reads in ("staging_refreshed_at_capture", "staging_refreshed_on_key_change"):
                     data["topic"] = "stale_cache"
+                    when = (
+                        "only when the graph is captured"
+                        if reads == "staging_refreshed_at_capture"
+                        else "only when a cache key moves, not before every replay"
+                    )
                     out.append(
                         S.py_finding(
                             RULE,
                             module,
                             node,
                             f"{func.name} replays a CUDA graph whose input staging buffers "
-                            f"({', '.join(stale)}) are filled only when the graph is captured: "
-                            "later calls with the same key compute on the first call's data.",
+                            f"({', '.join(stale)}) are filled {when}: later calls with the same key "
+                            "compute on stale data. Needs the same-storage probe.",
+                            severity=Severity.HIGH if reads == "staging_refreshed_at_capture" else Severity.MEDIUM,
                             data=data,
                         )
                     )
