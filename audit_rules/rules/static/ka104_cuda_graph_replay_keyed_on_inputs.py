@@ -298,12 +298,13 @@ def _capture_guards(module: PyModule, func: FunctionInfo, capture_nodes: list[as
     return out
 
 
-def _under_state_guard(module: PyModule, func: FunctionInfo, node: ast.AST) -> bool:
-    """Inside an `if`/`elif` that compares with persistent state (`elif key != self._key:`)."""
+def _under_state_guard(module: PyModule, func: FunctionInfo, node: ast.AST, replay: ast.AST) -> bool:
+    """Inside an `if`/`elif` that compares with persistent state (`elif key != self._key:`) and
+    does not also hold the replay: the copy is skipped on calls that still replay."""
     for anc in module.ancestors(node):
         if anc is func.node:
             break
-        if isinstance(anc, ast.If) and any(
+        if isinstance(anc, ast.If) and not _contains(anc, replay) and any(
             isinstance(n, ast.expr) and _caches.is_persistent_value(n, module, func) is not None for n in ast.walk(anc.test)
         ):
             return True
@@ -315,6 +316,7 @@ def _classify_replay(
     func: FunctionInfo,
     staging: set[str],
     regions: list[tuple[FunctionInfo | None, ast.AST, list[ast.AST]]],
+    replay: ast.AST,
 ) -> tuple[str, list[str]]:
     """('live' | 'staging_refreshed_each_call' | 'staging_refreshed_at_capture', stale buffers)."""
     if _pointer_table_patch(func):
@@ -339,7 +341,7 @@ def _classify_replay(
             if other is func:
                 if any(_contains(g, fill) for g in _capture_guards(module, func, capture_nodes)):
                     continue  # runs only when the graph is captured
-                if _under_state_guard(module, func, fill):
+                if _under_state_guard(module, func, fill, replay):
                     keyed.add(target)  # copied in only when a cache key moves
                     continue
                 refreshed.add(target)  # runs on every call, before the replay
@@ -389,13 +391,13 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                         break
                     if isinstance(anc, ast.If):
                         key_kinds |= S.identity_kinds(anc.test, scope)
-                reads, stale = _classify_replay(module, func, staging, judged_regions if regions else [])
+                reads, stale = _classify_replay(module, func, staging, judged_regions if regions else [], node)
                 if not regions and staging:
                     # the capture lives in another module: its copies decide
                     reads, stale = "staging_refreshed_at_capture", sorted(staging)
                     for omod in sub.modules.values():
                         for ofunc in omod.functions.values():
-                            r2, st2 = _classify_replay(omod, ofunc, staging, all_regions[omod.path])
+                            r2, st2 = _classify_replay(omod, ofunc, staging, all_regions[omod.path], node)
                             if ofunc.node is not None and not st2 and r2 != "live":
                                 reads, stale = r2, []
                 data = {
