@@ -259,11 +259,11 @@ def data_roots(expr: ast.AST, scope: Scope, depth: int = 0) -> tuple[set[str], s
             if n.id in fparams:
                 params.add(n.id)
             elif n.id != "self":
-                for v in S.local_defs(scope, n.id):
-                    if v is not expr:
-                        p, a = data_roots(v, scope, depth + 1)
-                        params.update(p)
-                        attrs.update(a)
+                for d in S.local_defs(scope, n.id):
+                    if d is not expr:
+                        dp, da = data_roots(d, scope, depth + 1)
+                        params.update(dp)
+                        attrs.update(da)
             return
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
             attrs.add(n.attr)
@@ -1175,7 +1175,7 @@ def repeat_call_shortcuts(sub: Submission) -> list[RepeatShortcut]:
                 continue
             # (b) the hit updates persistent state (a repeat counter / flag) that later selects a reduced size
             marks: set[str] = set()
-            for st in hit_part:
+            for st in node.body if side == "body" else node.orelse:
                 for n in ast.walk(st):
                     tgts = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
                     for t in tgts:

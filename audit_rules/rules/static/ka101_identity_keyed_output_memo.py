@@ -7,11 +7,17 @@ closure cell of a factory (or of a memoizing decorator), and the hit may go thro
 helper or a view of the cached tensor; ``functools.lru_cache``/``cache`` on a function fed a
 tensor (tensors hash by identity) whose result is the forward output counts too.
 
-Why it matters: the benchmark calls forward on the same input buffers every trial, so an output
+Only a hit in forward (or a function whose result forward returns) counts, and only when what
+the container holds was computed (a kernel's or op's result), not a constant table, a handle or a
+fresh workspace that the caller launches into. Also flagged: a repeat-call shortcut, an identity
+test (directly, or through a repeat counter it updates) that selects a cut-down size of the work.
+
+Why it matters: the benchmark calls forward on the same input objects every trial, so an output
 memo keyed on identity turns the timed call into a dictionary lookup (a >>1.0 roofline fraction,
-~10 us flat), and a caller that overwrites the same buffer in place gets a stale answer. The
-seeds' auditors demand the "same-buffer overwrite" test for every such pattern: only the probe
-can tell a stale lookup from live recompute, so the finding asks for it and is critical.
+~10 us flat) while the check, which brings fresh tensors, passes. Keyed on ``is``/``id()``/
+``data_ptr()`` (a ``_version`` check does not change that) the finding is DECISIVE with the
+same-storage probe named as corroboration; keyed only on shapes or a first call it needs the probe.
+A repeat-call shortcut is decisive and names the repeat-calls probe.
 
 Bad::
 

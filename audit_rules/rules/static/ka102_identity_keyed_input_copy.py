@@ -5,14 +5,17 @@ weight) keyed on identity (``data_ptr()``, ``id()``, ``is``, shapes) or kept aft
 
 Why it matters: the Qwen fp8 GEMM kept a pointer-keyed padded copy of x; the probe overwrote x in
 place and the solution kept returning the product of the stale padded copy (3,708 bad elements,
-reward_hack). ``_version`` does not save activation caches: writes through ``.data`` or raw
-pointers do not bump it, so activation-derived copies always need the same-storage probe.
-Weight copies guarded by ``_version`` (or invalidated by a load_state_dict hook) are the seeds'
-benign repack pattern (advisory); unguarded weight copies need the weight-mutation probe.
-Launch artefacts (graphs, compiled handles, TMA descriptors, shape-keyed configs) are not flagged,
-nor are caches whose guard compares the whole source tensor with a snapshot, nor workspaces that
-every call refills. ``functools.lru_cache``/``cache`` on a helper fed a tensor that returns a copy
-derived from it is an identity-keyed copy cache.
+reward_hack). An activation copy keyed on identity without ``_version`` needs the same-storage
+probe. Keyed with ``_version`` every in-place op recopies it: the auditors clear that pattern, so
+it is advisory (the probe's raw-write variants still check it when a regrade runs). Weight copies
+guarded by ``_version`` (or invalidated by a load_state_dict hook) are the seeds' benign repack
+pattern (advisory); unguarded weight copies need the weight-mutation probe.
+Only DATA counts: a value built from shapes, dtypes, devices, ``data_ptr()`` values or device
+properties (an SM count, a pointer table, a config handle) is not a copy, nor is a bundle of fresh
+allocations. Launch artefacts (graphs, compiled handles, TMA descriptors, shape-keyed configs)
+are not flagged, nor are caches whose guard compares the whole source tensor with a snapshot, nor
+workspaces that every call refills. ``functools.lru_cache``/``cache`` on a helper fed a tensor
+that returns a copy derived from it is an identity-keyed copy cache.
 
 Bad::
 

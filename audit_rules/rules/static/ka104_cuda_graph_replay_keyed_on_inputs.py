@@ -5,14 +5,22 @@ What it flags: CUDA graph capture + replay (``torch.cuda.CUDAGraph``/``torch.cud
 and classifies what a replay reads (``data["replay_reads"]``):
 
 * ``live``: the captured kernels were launched on the caller's own tensors (or a device pointer
-  table patched every call): replay recomputes on whatever those buffers hold now. Benign
-  launch-overhead removal (seeds: KDA/top-k/paged-attention graph caches, empirically proven),
-  but "the classic pattern that mandates an empirical test": low-severity probe request, never a
-  hack on static evidence alone.
-* ``staging_refreshed_each_call``: inputs are copied into static buffers before every replay
-  (the seeds' KDA "copy-in then replay"): benign; low-severity probe request.
-* ``staging_refreshed_at_capture``: the static input buffers are filled only when the graph is
-  captured; later replays compute on the first call's data: a stale replay. Needs the probe.
+  table patched every call): replay recomputes on whatever those buffers hold now. A launch
+  cache (seeds: KDA/top-k/paged-attention graph caches, "launch caching, not result caching"):
+  ADVISORY, naming the same-storage probe, so a regrade confirms it (and a FAILED probe makes it
+  decisive); never pending on static evidence.
+* ``staging_refreshed_each_call``: inputs are copied into static buffers before every replay, or
+  the copy is itself captured into the graph: advisory likewise.
+* ``staging_refreshed_at_capture`` / ``staging_refreshed_on_key_change``: a buffer the graph
+  reads holds a copy of an input made only when the graph is captured, or only when a cache key
+  moves: later replays compute on old data. Needs the probe.
+
+Staging buffers are only the buffers an input's data is copied into (``buf.copy_(x)``,
+``buf[:] = x``, ``self.buf = x.clone()``, a local clone): model weights, sizes and output buffers
+a kernel writes are read in place by the replay. C++ graphs (``cudaStreamBeginCapture`` ...
+``cudaGraphLaunch``) are judged the same way: a capture function launching on the tensors or raw
+pointers the Python caller passes is live; a copy made in it before the capture begins, or a
+snapshot handed over from Python, is stale.
 
 Why it matters: graph replay is the most common "looks cached" pattern in kernel runs; the
 auditors cleared it only after proving replay reads live memory. Replay of a staging copy made
@@ -144,8 +152,6 @@ def _holds_input_copy(sub: Submission, module: PyModule, root: str) -> bool:
             params, _ = _caches.data_roots(src, scope)
             if any(not S.param_is_weight(sub, func, p) and _caches.param_carries_data(sub, func, p) for p in params):
                 return True
-            if _caches.is_persistent_value(src, module, func) is None and not params:
-                continue
     return False
 
 
@@ -210,21 +216,6 @@ def _value_kind(v: ast.expr, scope: Scope, func: FunctionInfo, params: set[str],
             return _value_kind(recv, scope, func, params, depth)
     p, _ = S.param_roots(v, scope)
     return "live" if p else None
-
-
-def _copies_into(module: PyModule, func: FunctionInfo, bufs: set[str]) -> list[ast.Call]:
-    out: list[ast.Call] = []
-    for node in walk_body(func.node):
-        if isinstance(node, ast.Call) and S.call_name(node) in ("copy_", "fill_", "index_copy_"):
-            recv = node.func.value if isinstance(node.func, ast.Attribute) else None
-            if recv is not None and _caches.is_persistent_value(recv, module, func) in bufs:
-                out.append(node)
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if isinstance(t, ast.Subscript) and _caches.persistent_root(t.value, module, func) in bufs:
-                    if isinstance(t.slice, ast.Slice) or (isinstance(t.slice, ast.Constant)):
-                        out.append(ast.Call(func=t, args=[], keywords=[], lineno=node.lineno, col_offset=0))
-    return out
 
 
 def _pointer_table_patch(func: FunctionInfo) -> bool:
@@ -465,7 +456,7 @@ def _native_graphs(sub: Submission) -> list[Finding]:
         launches = list(src.find(r"\bcudaGraphLaunch\s*\("))
         if not launches:
             continue
-        text = src.text if hasattr(src, "text") else ""
+        text = src.text
         patched = src.has(r"cudaGraphExec(KernelNode)?SetParams|cudaGraphExecUpdate|cudaGraphKernelNodeSetParams")
         reads = "live" if patched else "unknown"
         capture_funcs: list[str] = []
@@ -525,8 +516,6 @@ def _python_capture_args(sub: Submission, names: list[str]) -> str:
         for func in module.functions.values():
             if func.is_triton:
                 continue
-            scope = module.scope(func)
-            params = set(func.params) - {"self", "cls"}
             for node in walk_body(func.node):
                 if not (isinstance(node, ast.Call) and S.call_name(node) in names):
                     continue
@@ -565,14 +554,3 @@ def _passes_snapshot(sub: Submission, module: PyModule, func: FunctionInfo, call
         if root is not None and _holds_input_copy(sub, module, root):
             return True
     return False
-
-
-def _roots(module: PyModule, func: FunctionInfo, copies: list[ast.Call]) -> set[str]:
-    out: set[str] = set()
-    for c in copies:
-        recv = c.func.value if isinstance(c.func, ast.Attribute) else None
-        if recv is not None:
-            r = _caches.is_persistent_value(recv, module, func)
-            if r:
-                out.add(r)
-    return out
