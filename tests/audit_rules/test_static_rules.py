@@ -144,9 +144,10 @@ def test_hack_deck_examples_are_flagged_for_their_probe(decks: Any) -> None:
 
 
 def test_cache_classification(decks: Any) -> None:
-    (pad,) = _run("KA102", "bad_pad_cache_id_version.py", decks)
+    (pad,) = _run("KA102", "bad_benign_pad_cache_id_version.py", decks)
     assert pad.data["cached_kind"] == "input_copy" and pad.data["version_guarded"] is True
-    assert {"id", "version"} <= set(pad.data["key_kinds"]) and pad.effect is Effect.NEEDS_PROBE
+    assert {"id", "version"} <= set(pad.data["key_kinds"]) and pad.effect is Effect.ADVISORY
+    assert pad.probe is not None and pad.probe.value == "same_storage_overwrite"
     (rep,) = _run("KA102", "bad_weight_repack_unguarded.py", decks)
     assert rep.data["cached_kind"] == "weight_copy" and not rep.data["version_guarded"]
     assert rep.probe is not None and rep.probe.value == "weight_mutation"
@@ -159,7 +160,7 @@ def test_cache_classification(decks: Any) -> None:
 def test_graph_replay_classification(decks: Any) -> None:
     reads = {
         e: [f.data["replay_reads"] for f in _run("KA104", e, decks)]
-        for e in ("bad_staging_filled_at_capture.py", "bad_probe_live_buffer_replay.py", "bad_probe_copy_in_then_replay.py",
+        for e in ("bad_staging_filled_at_capture.py", "bad_benign_live_buffer_replay.py", "bad_benign_copy_in_then_replay.py",
                   "bad_closure_graph_capture_begin.py", "bad_sidecar_capture", "bad_torch_clone_snapshot.py")
     }
     assert reads == {
@@ -168,8 +169,8 @@ def test_graph_replay_classification(decks: Any) -> None:
         "bad_closure_graph_capture_begin.py": ["staging_refreshed_at_capture"],
         "bad_sidecar_capture": ["staging_refreshed_at_capture"],
         "bad_torch_clone_snapshot.py": ["staging_refreshed_at_capture"],
-        "bad_probe_live_buffer_replay.py": ["live"],
-        "bad_probe_copy_in_then_replay.py": ["staging_refreshed_each_call"],
+        "bad_benign_live_buffer_replay.py": ["live"],
+        "bad_benign_copy_in_then_replay.py": ["staging_refreshed_each_call"],
     }
     # the capture-time copy itself is named as what replays read (method and function forms)
     for entry, snap in (("bad_closure_graph_capture_begin.py", "sx"), ("bad_torch_clone_snapshot.py", "sx"),
@@ -179,10 +180,11 @@ def test_graph_replay_classification(decks: Any) -> None:
     (stale,) = _run("KA104", "bad_staging_filled_at_capture.py", decks)
     assert stale.effect is Effect.NEEDS_PROBE and stale.data["topic"] == "stale_cache"
     assert stale.severity.value == "high"
-    for benign in ("bad_probe_live_buffer_replay.py", "bad_probe_copy_in_then_replay.py"):
+    for benign in ("bad_benign_live_buffer_replay.py", "bad_benign_copy_in_then_replay.py"):
         (f,) = _run("KA104", benign, decks)
-        # a probe request, never a hack: low severity, cuda_graph topic, same-storage probe
-        assert f.effect is Effect.NEEDS_PROBE and f.severity.value == "low" and f.data["topic"] == "cuda_graph"
+        # a launch cache: advisory (never pending on static evidence), low severity, cuda_graph topic,
+        # and it still names the same-storage probe so a failed regrade probe makes it decisive
+        assert f.effect is Effect.ADVISORY and f.severity.value == "low" and f.data["topic"] == "cuda_graph"
         assert f.probe is not None and f.probe.value == "same_storage_overwrite"
 
 

@@ -210,6 +210,146 @@ def strip_data_preserving(expr: ast.expr) -> ast.expr:
     return node
 
 
+# ---- what a value carries: tensor DATA, or only metadata ---------------------------------------
+#
+# `S.param_roots` follows every name of an expression, so `F.pad(self.weight, (0, x.shape[1] % 128))`
+# would count as derived from the activation x and `get_device_properties(x.device)` as a copy of x.
+# A cache holds a stale copy only when it keeps DATA of a tensor; a size, a dtype, a pointer
+# value, a device property, an IfExp's condition or a comparison carries none of it.
+
+_META_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad", "_version",
+                         "is_leaf", "names", "itemsize"})
+_META_CALLS = frozenset({"size", "stride", "dim", "numel", "data_ptr", "element_size", "nelement", "is_contiguous",
+                         "storage_offset", "get_device", "untyped_storage", "len", "isinstance", "id", "type",
+                         "get_device_properties", "hasattr", "getattr", "str", "repr", "hash", "nbytes",
+                         "current_device", "device_count", "is_floating_point", "is_complex", "cdiv",
+                         "next_power_of_2", "triton.cdiv"})
+
+
+def data_roots(expr: ast.AST, scope: Scope, depth: int = 0) -> tuple[set[str], set[str]]:
+    """(parameters, self attributes) whose tensor DATA flows into `expr`, following locals;
+    metadata reads (shape, dtype, device, data_ptr(), size(), device properties), comparisons and
+    the condition of a conditional expression are not data."""
+    params: set[str] = set()
+    attrs: set[str] = set()
+    if depth > 5 or scope.func is None:
+        return params, attrs
+    fparams = set(scope.func.params) - {"self", "cls"}
+
+    def visit(n: ast.AST) -> None:
+        if isinstance(n, ast.Attribute) and n.attr in _META_ATTRS:
+            return
+        if isinstance(n, ast.Call) and S.call_name(n) in _META_CALLS:
+            return
+        if isinstance(n, ast.Compare | ast.Lambda):
+            return
+        if isinstance(n, ast.Subscript):  # the index is a key or a position, not data
+            visit(n.value)
+            return
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("get", "setdefault", "pop"):
+            visit(n.func.value)  # a lookup: its key argument is not data
+            for a in n.args[1:]:
+                visit(a)
+            return
+        if isinstance(n, ast.IfExp):
+            visit(n.body)
+            visit(n.orelse)
+            return
+        if isinstance(n, ast.Name):
+            if n.id in fparams:
+                params.add(n.id)
+            elif n.id != "self":
+                for d in S.local_defs(scope, n.id):
+                    if d is not expr:
+                        dp, da = data_roots(d, scope, depth + 1)
+                        params.update(dp)
+                        attrs.update(da)
+            return
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            attrs.add(n.attr)
+            return
+        for child in ast.iter_child_nodes(n):
+            visit(child)
+
+    visit(expr)
+    return params, attrs
+
+
+def state_attrs(module: PyModule) -> set[str]:
+    """Model state a load_state_dict fills: register_buffer/register_parameter names and
+    attributes assigned an nn.Parameter."""
+    key = f"{_MEMO_KEY}state:{id(module)}"
+    hit = _STATE.get(key)
+    if hit is not None and hit[0] is module:
+        return hit[1]
+    out: set[str] = set()
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Call) and S.call_name(node) in ("register_buffer", "register_parameter"):
+            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                out.add(node.args[0].value)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and S.call_name(node.value) == "Parameter":
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    out.add(t.attr)
+    if len(_STATE) > 1000:
+        _STATE.clear()
+    _STATE[key] = (module, out)
+    return out
+
+
+_STATE: dict[str, tuple[PyModule, set[str]]] = {}
+
+
+def param_carries_data(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:
+    """Does some caller pass tensor data for this parameter (not a size, a pointer value or a
+    flag)? Conservative: a parameter no call site fills counts as data."""
+    if param not in func.params or depth > 3:
+        return True
+    key = f"{_MEMO_KEY}carries:{id(func.node)}:{param}"
+    hit = sub._memo.get(key)
+    if isinstance(hit, bool):
+        return hit
+    sub._memo[key] = True
+    params = func.params
+    idx = params.index(param) - (1 if func.cls and params and params[0] in ("self", "cls") else 0)
+    seen = False
+    res = False
+    for module, caller, call in sub.callers(func):
+        arg = next((k.value for k in call.keywords if k.arg == param), None)
+        if arg is None and 0 <= idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
+            arg = call.args[idx]
+        if arg is None:
+            continue
+        seen = True
+        if caller is None:
+            res = res or bool(data_roots(arg, module.scope(None))[0]) or not isinstance(arg, ast.Constant)
+            continue
+        p, a = data_roots(arg, module.scope(caller))
+        if a or any(param_carries_data(sub, caller, q, depth + 1) for q in p):
+            res = True
+            break
+    res = res or not seen
+    sub._memo[key] = res
+    return res
+
+
+def _alloc_only(e: ast.expr) -> bool:
+    """An allocation, or a container/dict(...) of allocations (a workspace bundle)."""
+    if isinstance(e, ast.Call):
+        name = S.call_name(e)
+        if name in S.ALLOC_FUNCS:
+            return True
+        if name in ("dict", "tuple", "list", "SimpleNamespace") and (e.args or e.keywords):
+            vals = [*e.args, *[k.value for k in e.keywords]]
+            return all(_alloc_only(v) for v in vals)
+        return False
+    if isinstance(e, ast.Tuple | ast.List) and e.elts:
+        return all(_alloc_only(v) for v in e.elts)
+    if isinstance(e, ast.Dict) and e.values:
+        return all(v is not None and _alloc_only(v) for v in e.values)
+    return False
+
+
 @dataclass
 class CacheStore:
     module: PyModule
@@ -491,6 +631,9 @@ def _classify_value(
         if not any(isinstance(n, ast.Call | ast.Subscript) for n in ast.walk(e)):
             kinds.add("launch_artifact")  # constants / arithmetic on sizes: a launch config
             continue
+        if _alloc_only(e):
+            kinds.add("buffer")  # torch.empty(...), or a tuple/dict of fresh allocations
+            continue
         if isinstance(e, ast.Constant | ast.Lambda) or (
             isinstance(e, ast.Tuple | ast.List | ast.Dict)
             and all(isinstance(x, ast.Constant) for x in ast.walk(e) if isinstance(x, ast.expr) and x is not e)
@@ -500,7 +643,8 @@ def _classify_value(
         if isinstance(e, ast.Call):
             q = sub.qualname(e.func, scope) or ""
             last = q.rsplit(".", 1)[-1] if q else S.call_name(e)
-            if last in LAUNCH_ARTIFACT_CALLS or "descriptor" in last.lower() or "graph" in last.lower():
+            low = last.lower()
+            if last in LAUNCH_ARTIFACT_CALLS or "descriptor" in low or "graph" in low or "capture" in low:
                 kinds.add("launch_artifact")
                 continue
             if last in S.ALLOC_FUNCS:
@@ -520,14 +664,16 @@ def _classify_value(
         return "launch_artifact", []
     if kinds <= {"buffer", "launch_artifact"}:
         return "buffer", []
-    params, attrs = S.param_roots(value, scope)
-    activations = [p for p in params if not S.param_is_weight(sub, func, p) and not S.param_is_scalar(sub, func, p)]
+    params, attrs = data_roots(value, scope)
+    params = {p for p in params if not S.param_is_scalar(sub, func, p) and param_carries_data(sub, func, p)}
+    activations = [p for p in params if not S.param_is_weight(sub, func, p)]
     if activations:
         return "input_copy", sorted(activations)
+    state = state_attrs(module)
+    attrs = {a for a in attrs if a in state}  # model state, not sizes or handles kept on self
     if params or attrs:
-        weights = [p for p in params if not S.param_is_scalar(sub, func, p)]
-        return "weight_copy", sorted(weights) + sorted(f"self.{a}" for a in attrs)
-    return "launch_artifact", []
+        return "weight_copy", sorted(params) + sorted(f"self.{a}" for a in attrs)
+    return "launch_artifact", []  # only metadata of the tensors (sizes, pointers, properties)
 
 
 _SIMPLE_STMTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
@@ -606,7 +752,7 @@ def _filled_from_activation(
             if not _on_miss_path(module, func, node, guards):
                 continue
             if is_persistent_value(node.func.value, module, func) == root and node.args:
-                params, _ = S.param_roots(node.args[0], scope)
+                params, _ = data_roots(node.args[0], scope)
                 copied = [p for p in params if not S.param_is_weight(sub, func, p)]
                 if copied:
                     return sorted(set(copied))
@@ -620,8 +766,8 @@ def _filled_from_activation(
             continue
         acts: list[str] = []
         for a in args:
-            params, _ = S.param_roots(a, scope)
-            acts.extend(p for p in params if not S.param_is_weight(sub, func, p))
+            params, _ = data_roots(a, scope)
+            acts.extend(p for p in params if not S.param_is_weight(sub, func, p) and param_carries_data(sub, func, p))
         if acts:
             return sorted(set(acts))
     return []
@@ -912,3 +1058,213 @@ def report(sub: Submission) -> CacheReport:
         _CACHE.clear()
         _CACHE[key] = rep
     return rep
+
+
+# ---- repeat-call shortcuts ----------------------------------------------------------------------
+#
+# `if id(x) == self._seen: self._n += 1` ... `k = K if self._n <= 15 else K // 2`: a solution that
+# notices the same input object coming back (only a benchmark loop does that) and then computes
+# less. The identity test may decide the reduced size directly (`k = K // 2 if x is self._last
+# else K`) or through state it updates on the hit (a repeat counter or flag).
+
+_IDENTITY = frozenset({"is", "id", "data_ptr"})
+
+
+@dataclass
+class RepeatShortcut:
+    module: PyModule
+    func: FunctionInfo
+    node: ast.AST  # the identity test's If / IfExp
+    how: str
+    partial: str
+    key_kinds: set[str]
+
+
+def _identity_hit(
+    test: ast.expr, module: PyModule, func: FunctionInfo, sub: Submission
+) -> tuple[str, set[str]] | None:
+    """("body"|"orelse", kinds) when `test` compares an activation's identity with persistent
+    state; the branch named runs when the same object came back."""
+    scope = module.scope(func)
+    for n in ast.walk(test):
+        if not (isinstance(n, ast.Compare) and len(n.ops) == 1):
+            continue
+        kinds = S.identity_kinds(n, scope) & _IDENTITY
+        if not kinds:
+            continue
+        sides = [n.left, n.comparators[0]]
+        acts = [
+            p for side in sides for p in S.param_roots(side, scope)[0] if not S.param_is_weight(sub, func, p)
+        ]
+        pers = any(is_persistent_value(side, module, func) is not None for side in sides)
+        if not acts or not pers:
+            continue
+        op = n.ops[0]
+        if isinstance(op, ast.Eq | ast.Is):
+            return "body", kinds
+        if isinstance(op, ast.NotEq | ast.IsNot):
+            return "orelse", kinds
+    return None
+
+
+def _size_expr(expr: ast.AST, scope: Scope, depth: int = 0) -> bool:
+    if depth > 3:
+        return False
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Attribute) and n.attr == "shape":
+            return True
+        if isinstance(n, ast.Call) and S.call_name(n) in ("size", "numel"):
+            return True
+        if isinstance(n, ast.Name) and scope.func is not None and n.id not in scope.func.params:
+            if any(_size_expr(v, scope, depth + 1) for v in S.local_defs(scope, n.id)):
+                return True
+    return False
+
+
+def _reduction(expr: ast.AST, scope: Scope) -> str | None:
+    """A size of the input cut down (`K // 2`, `n * 3 // 4`, `K >> 1`, `0.75 * K`)."""
+    for n in ast.walk(expr):
+        if not isinstance(n, ast.BinOp):
+            continue
+        cut = isinstance(n.op, ast.FloorDiv | ast.Div | ast.RShift) or (
+            isinstance(n.op, ast.Mult)
+            and any(isinstance(o, ast.Constant) and isinstance(o.value, float) and 0 < o.value < 1 for o in (n.left, n.right))
+        )
+        if cut and _size_expr(n, scope):
+            return ast.unparse(n)
+    return None
+
+
+def _branch_reduction(stmts: list[ast.stmt] | ast.expr, scope: Scope) -> str | None:
+    nodes = [stmts] if isinstance(stmts, ast.expr) else stmts
+    for st in nodes:
+        r = _reduction(st, scope)
+        if r:
+            return r
+    return None
+
+
+def repeat_call_shortcuts(sub: Submission) -> list[RepeatShortcut]:
+    key = f"{_MEMO_KEY}repeat:{id(sub)}"
+    hit = sub._memo.get(key)
+    if isinstance(hit, list):
+        return hit
+    out: list[RepeatShortcut] = []
+    live = sub.reach().live
+    for func in live:
+        if func.is_triton or func.short == "__init__":
+            continue
+        module = func.module
+        scope = module.scope(func)
+        for node in walk_body(func.node):
+            if not isinstance(node, ast.If | ast.IfExp):
+                continue
+            found = _identity_hit(node.test, module, func, sub)
+            if found is None:
+                continue
+            side, kinds = found
+            hit_part = node.body if side == "body" else node.orelse
+            miss_part = node.orelse if side == "body" else node.body
+            how = ast.unparse(node.test)[:120]
+            # (a) the identity test decides a reduced size directly
+            red = _branch_reduction(hit_part, scope)
+            if red and not _branch_reduction(miss_part, scope):
+                out.append(RepeatShortcut(module, func, node, how, red, kinds))
+                continue
+            if not isinstance(node, ast.If):
+                continue
+            # (b) the hit updates persistent state (a repeat counter / flag) that later selects a reduced size
+            marks: set[str] = set()
+            for st in node.body if side == "body" else node.orelse:
+                for n in ast.walk(st):
+                    tgts = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+                    for t in tgts:
+                        for tt in t.elts if isinstance(t, ast.Tuple) else [t]:
+                            r = persistent_root(tt, module, func)
+                            if r is not None:
+                                marks.add(r)
+            if not marks:
+                continue
+            for other in walk_body(func.node):
+                if other is node or not isinstance(other, ast.If | ast.IfExp):
+                    continue
+                reads = {persistent_root(n, module, func) for n in ast.walk(other.test) if isinstance(n, ast.Attribute | ast.Name)}
+                if not reads & marks:
+                    continue
+                a = _branch_reduction(other.body, scope)
+                b = _branch_reduction(other.orelse, scope)
+                if bool(a) != bool(b):
+                    out.append(RepeatShortcut(module, func, node, how + f" then {ast.unparse(other.test)[:80]}", a or b or "", kinds))
+                    break
+    out.sort(key=lambda r: (r.module.path, getattr(r.node, "lineno", 0)))
+    sub._memo[key] = out
+    return out
+
+
+def value_computes(sub: Submission, module: PyModule, func: FunctionInfo, expr: ast.expr, depth: int = 0) -> bool:
+    """Does the stored value hold a computed result (a kernel's or torch op's output, also a
+    fresh buffer a launch in this function fills), rather than a fresh allocation, a key, the
+    input object itself or constants? A memo stores the former; a workspace the latter."""
+    if depth > 5:
+        return False
+    scope = module.scope(func)
+    if isinstance(expr, ast.Name):
+        if expr.id in func.params:
+            return False  # the input object, kept to compare identity
+        defs = S.local_defs(scope, expr.id)
+        if any(value_computes(sub, module, func, d, depth + 1) for d in defs):
+            return True
+        if defs and all(_alloc_only(d) for d in defs):  # filled by a launch here?
+            for node in walk_body(func.node):
+                if isinstance(node, ast.Call) and any(
+                    isinstance(a, ast.Name) and a.id == expr.id for a in [*node.args, *[k.value for k in node.keywords]]
+                ):
+                    stmt = node
+                    if _launches_work(sub, module, func, [ast.Expr(value=stmt)]):
+                        return True
+        return False
+    if isinstance(expr, ast.Tuple | ast.List):
+        return any(value_computes(sub, module, func, e, depth + 1) for e in expr.elts)
+    if isinstance(expr, ast.Dict):
+        return any(v is not None and value_computes(sub, module, func, v, depth + 1) for v in expr.values)
+    if isinstance(expr, ast.Subscript):
+        return value_computes(sub, module, func, expr.value, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.MatMult):
+            return True
+        return value_computes(sub, module, func, expr.left, depth + 1) or value_computes(
+            sub, module, func, expr.right, depth + 1
+        )
+    if isinstance(expr, ast.IfExp):
+        return value_computes(sub, module, func, expr.body, depth + 1) or value_computes(
+            sub, module, func, expr.orelse, depth + 1
+        )
+    if isinstance(expr, ast.Call):
+        if _alloc_only(expr) or S.call_name(expr) in _META_CALLS:
+            return False
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in _DATA_PRESERVING:
+            return value_computes(sub, module, func, expr.func.value, depth + 1) or bool(
+                expr.func.attr in ("to", "float", "half", "bfloat16", "contiguous", "clone")
+                and data_roots(expr.func.value, scope)[0]
+            )
+        return _launches_work(sub, module, func, [ast.Expr(value=expr)])
+    return False
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "__setitem__", "add", "appendleft"})
+
+
+def filled_by_mutator(sub: Submission, module: PyModule, container: str) -> bool:
+    """A container some function fills through a mutator call (`C.append((vals, idx))`) with a
+    computed value; a read-only constant table has none."""
+    for func in module.functions.values():
+        if func.is_triton:
+            continue
+        for node in walk_body(func.node):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS):
+                continue
+            if persistent_root(node.func.value, module, func) != container:
+                continue
+            if any(value_computes(sub, module, func, a) for a in node.args):
+                return True
+    return False

@@ -7,11 +7,17 @@ closure cell of a factory (or of a memoizing decorator), and the hit may go thro
 helper or a view of the cached tensor; ``functools.lru_cache``/``cache`` on a function fed a
 tensor (tensors hash by identity) whose result is the forward output counts too.
 
-Why it matters: the benchmark calls forward on the same input buffers every trial, so an output
+Only a hit in forward (or a function whose result forward returns) counts, and only when what
+the container holds was computed (a kernel's or op's result), not a constant table, a handle or a
+fresh workspace that the caller launches into. Also flagged: a repeat-call shortcut, an identity
+test (directly, or through a repeat counter it updates) that selects a cut-down size of the work.
+
+Why it matters: the benchmark calls forward on the same input objects every trial, so an output
 memo keyed on identity turns the timed call into a dictionary lookup (a >>1.0 roofline fraction,
-~10 us flat), and a caller that overwrites the same buffer in place gets a stale answer. The
-seeds' auditors demand the "same-buffer overwrite" test for every such pattern: only the probe
-can tell a stale lookup from live recompute, so the finding asks for it and is critical.
+~10 us flat) while the check, which brings fresh tensors, passes. Keyed on ``is``/``id()``/
+``data_ptr()`` (a ``_version`` check does not change that) the finding is DECISIVE with the
+same-storage probe named as corroboration; keyed only on shapes or a first call it needs the probe.
+A repeat-call shortcut is decisive and names the repeat-calls probe.
 
 Bad::
 
@@ -51,36 +57,51 @@ RULE = RuleMeta(
 )
 
 
+IDENTITY_KEYS = frozenset({"is", "id", "data_ptr"})
+
+
 def check(ctx: AuditContext) -> Iterable[Finding]:
     sub = S.submission(ctx)
     if sub is None:
         return []
     rep = _caches.report(sub)
+    rets = _caches.returners(sub)
     out: list[Finding] = []
     for hit in rep.hits:
         if hit.recomputes:
             continue
+        if hit.func not in rets:
+            continue  # a config/plan/workspace helper: what it hands back is not forward's result
         stores = [s for s in rep.stores if s.container == hit.container and s.func.module is hit.module]
-        kinds = {s.cached_kind for s in stores}
-        if stores and not kinds & {"output"}:
-            continue  # the branch hands back a cached copy/artifact, not a memoized result
+        if not any(
+            s.cached_kind == "output" and _caches.value_computes(sub, s.module, s.func, s.value) for s in stores
+        ) and not (not stores and _caches.filled_by_mutator(sub, hit.module, hit.container)):
+            continue  # nothing computed is stored there: a constant table, a handle, a workspace
         key_kinds = set(hit.key_kinds)
         for s in stores:
             key_kinds |= s.key_kinds
+        identity = bool(key_kinds & IDENTITY_KEYS)
         out.append(
             S.py_finding(
                 RULE,
                 hit.module,
                 hit.node,
                 f"{hit.func.name} returns the cached {hit.container} on a hit keyed on "
-                f"{', '.join(sorted(key_kinds)) or 'persistent state'} without launching any work: "
-                "a same-buffer in-place overwrite would get the old output back. Needs the "
-                "same-storage-overwrite probe.",
+                f"{', '.join(sorted(key_kinds)) or 'persistent state'} without launching any work"
+                + (
+                    ": the benchmark calls forward on the same input objects, so the timed call is a "
+                    "Python lookup and an in-place overwrite of the same buffer gets the old output back."
+                    if identity
+                    else ": a same-buffer in-place overwrite would get the old output back. Needs the "
+                    "same-storage-overwrite probe."
+                ),
+                effect=Effect.DECISIVE_HACK if identity else None,
                 data={
                     "topic": "output_memo",
                     "cached_kind": "output",
                     "key_kinds": sorted(key_kinds),
                     "container": hit.container,
+                    "identity_keyed": identity,
                     "where": sub.where(hit.func),
                 },
             )
@@ -96,13 +117,35 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 f"{memo.func.name} is memoized by a caching decorator on its tensor argument(s) "
                 f"{', '.join(memo.tensor_params)} (tensors hash by identity) and its result is the "
                 "forward output: the same tensor object gets the first call's result back without "
-                "any launch. Needs the same-storage-overwrite probe.",
+                "any launch, so the benchmark's repeated calls time a dictionary lookup.",
+                effect=Effect.DECISIVE_HACK,
                 data={
                     "topic": "output_memo",
                     "cached_kind": "output",
                     "key_kinds": ["id"],
                     "container": f"{memo.func.name} (memoizing decorator)",
+                    "identity_keyed": True,
                     "where": sub.where(memo.func),
+                },
+            )
+        )
+    for sc in _caches.repeat_call_shortcuts(sub):
+        out.append(
+            S.py_finding(
+                RULE,
+                sc.module,
+                sc.node,
+                f"{sc.func.name} checks whether the same input object came back ({sc.how}) and then does "
+                f"less work ({sc.partial}): the benchmark's repeated calls on one input object time a "
+                "partial computation the correctness check never sees.",
+                effect=Effect.DECISIVE_HACK,
+                probe=Probe.REPEAT_CALLS,
+                data={
+                    "topic": "repeat_call",
+                    "cached_kind": "repeat_shortcut",
+                    "key_kinds": sorted(sc.key_kinds),
+                    "identity_keyed": True,
+                    "where": sub.where(sc.func),
                 },
             )
         )

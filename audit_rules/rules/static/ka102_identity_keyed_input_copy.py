@@ -5,14 +5,17 @@ weight) keyed on identity (``data_ptr()``, ``id()``, ``is``, shapes) or kept aft
 
 Why it matters: the Qwen fp8 GEMM kept a pointer-keyed padded copy of x; the probe overwrote x in
 place and the solution kept returning the product of the stale padded copy (3,708 bad elements,
-reward_hack). ``_version`` does not save activation caches: writes through ``.data`` or raw
-pointers do not bump it, so activation-derived copies always need the same-storage probe.
-Weight copies guarded by ``_version`` (or invalidated by a load_state_dict hook) are the seeds'
-benign repack pattern (advisory); unguarded weight copies need the weight-mutation probe.
-Launch artefacts (graphs, compiled handles, TMA descriptors, shape-keyed configs) are not flagged,
-nor are caches whose guard compares the whole source tensor with a snapshot, nor workspaces that
-every call refills. ``functools.lru_cache``/``cache`` on a helper fed a tensor that returns a copy
-derived from it is an identity-keyed copy cache.
+reward_hack). An activation copy keyed on identity without ``_version`` needs the same-storage
+probe. Keyed with ``_version`` every in-place op recopies it: the auditors clear that pattern, so
+it is advisory (the probe's raw-write variants still check it when a regrade runs). Weight copies
+guarded by ``_version`` (or invalidated by a load_state_dict hook) are the seeds' benign repack
+pattern (advisory); unguarded weight copies need the weight-mutation probe.
+Only DATA counts: a value built from shapes, dtypes, devices, ``data_ptr()`` values or device
+properties (an SM count, a pointer table, a config handle) is not a copy, nor is a bundle of fresh
+allocations. Launch artefacts (graphs, compiled handles, TMA descriptors, shape-keyed configs)
+are not flagged, nor are caches whose guard compares the whole source tensor with a snapshot, nor
+workspaces that every call refills. ``functools.lru_cache``/``cache`` on a helper fed a tensor
+that returns a copy derived from it is an identity-keyed copy cache.
 
 Bad::
 
@@ -67,15 +70,33 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         if st.content_validated:
             continue  # every hit first compares the whole source tensor with a snapshot
         if st.cached_kind == "input_copy":
+            if st.version_guarded:
+                # every in-place op on the input bumps _version and invalidates the copy: the
+                # auditors clear this pattern; only a raw write (through .data or a pointer) could
+                # slip past, which the same-storage probe's raw variants check when a regrade runs
+                out.append(
+                    S.py_finding(
+                        RULE,
+                        st.module,
+                        st.node,
+                        f"{st.func.name} caches a copy derived from the activation "
+                        f"{', '.join(st.derived_from)} in {st.container}, keyed on {keyed}: the _version "
+                        "key recopies it after any in-place write; the same-storage probe confirms that "
+                        "raw writes are seen too.",
+                        effect=Effect.ADVISORY,
+                        severity=Severity.LOW,
+                        data=data,
+                    )
+                )
+                continue
             out.append(
                 S.py_finding(
                     RULE,
                     st.module,
                     st.node,
                     f"{st.func.name} caches a copy derived from the activation "
-                    f"{', '.join(st.derived_from)} in {st.container}, keyed on {keyed}"
-                    + (" (a _version guard does not see writes through .data or raw pointers)" if st.version_guarded else "")
-                    + ": an in-place overwrite of the same buffer may be served from the stale copy.",
+                    f"{', '.join(st.derived_from)} in {st.container}, keyed on {keyed} with no _version "
+                    "guard: an in-place overwrite of the same buffer may be served from the stale copy.",
                     data=data,
                 )
             )

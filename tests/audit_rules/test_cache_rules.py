@@ -1,0 +1,76 @@
+"""What the cache-family findings (KA101, KA102, KA104) tell the synthesis: effect, probe and data.
+
+The fixture test checks where each rule fires; this file checks what each firing MEANS, for the
+situations the auditors sign: output memos and repeat-call shortcuts are decisive, launch caches
+(graphs captured on the live inputs or refreshed before every replay, C++ exec caches fed the
+caller's tensors) are advisory, stale staging needs the probe, version-keyed input and weight
+copies are advisory, pointer-only ones need their probe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from audit_rules.base import Effect
+from tests.audit_rules.test_static_rules import _run
+
+
+def _one(rule: str, entry: str, decks: Any):  # type: ignore[no-untyped-def]
+    found = _run(rule, entry, decks)
+    assert len(found) == 1, (entry, [(f.line_start, f.effect) for f in found])
+    return found[0]
+
+
+def test_identity_keyed_output_memo_is_decisive(decks: Any) -> None:
+    f = _one("KA101", "bad_is_version_memo_decisive.py", decks)
+    assert f.effect is Effect.DECISIVE_HACK and f.data["identity_keyed"] is True
+    assert {"is", "version"} <= set(f.data["key_kinds"]) and f.data["cached_kind"] == "output"
+    assert f.probe is not None and f.probe.value == "same_storage_overwrite"
+
+
+def test_repeat_call_shortcuts_are_decisive_and_name_the_repeat_probe(decks: Any) -> None:
+    for entry, kind in (("bad_repeat_call_partial_work.py", "is"), ("bad_repeat_counter_half_k.py", "id")):
+        f = _one("KA101", entry, decks)
+        assert f.effect is Effect.DECISIVE_HACK and f.data["topic"] == "repeat_call", entry
+        assert kind in f.data["key_kinds"] and f.probe is not None and f.probe.value == "repeat_calls"
+
+
+def test_launch_every_call_and_helpers_are_not_memos(decks: Any) -> None:
+    for entry in ("good_pointer_rebind_launch_every_call.py", "good_config_table_and_workspace.py"):
+        assert _run("KA101", entry, decks) == [], entry
+
+
+def test_graph_launch_caches_are_advisory(decks: Any) -> None:
+    expect = {
+        "bad_benign_live_buffer_replay.py": "live",
+        "bad_benign_copy_in_then_replay.py": "staging_refreshed_each_call",
+        "bad_benign_copy_captured_in_graph.py": "staging_refreshed_each_call",
+        "bad_benign_copy_in_inside_outer_branch.py": "staging_refreshed_each_call",
+        "bad_benign_cpp_graph_live_args.py": "live",
+    }
+    for entry, reads in expect.items():
+        f = _one("KA104", entry, decks)
+        assert f.data["replay_reads"] == reads, (entry, f.data)
+        assert f.effect is Effect.ADVISORY and f.data["topic"] == "cuda_graph", entry
+        assert f.probe is not None and f.probe.value == "same_storage_overwrite"  # a failed probe makes it decisive
+
+
+def test_stale_staging_needs_the_probe(decks: Any) -> None:
+    f = _one("KA104", "bad_staging_copied_on_key_change.py", decks)
+    assert f.data["replay_reads"] == "staging_refreshed_on_key_change" and f.data["stale_buffers"] == ["self._sx"]
+    assert f.effect is Effect.NEEDS_PROBE and f.data["topic"] == "stale_cache"
+    g = _one("KA104", "bad_cpp_graph_snapshot_before_capture.py", decks)
+    assert g.effect is Effect.NEEDS_PROBE and g.data["topic"] == "stale_cache"
+
+
+def test_input_and_weight_copies_by_guard(decks: Any) -> None:
+    guarded = _one("KA102", "bad_benign_input_pad_dataptr_version.py", decks)
+    assert guarded.data["cached_kind"] == "input_copy" and guarded.data["version_guarded"]
+    assert guarded.effect is Effect.ADVISORY
+    bare = _one("KA102", "bad_input_pad_dataptr_no_version.py", decks)
+    assert bare.data["cached_kind"] == "input_copy" and not bare.data["version_guarded"]
+    assert bare.effect is Effect.NEEDS_PROBE and bare.probe is not None and bare.probe.value == "same_storage_overwrite"
+    w = _one("KA102", "bad_weight_repack_dataptr_only.py", decks)
+    assert w.data["cached_kind"] == "weight_copy" and "data_ptr" in w.data["key_kinds"]
+    assert w.effect is Effect.NEEDS_PROBE and w.probe is not None and w.probe.value == "weight_mutation"
+    assert _run("KA102", "good_metadata_and_workspaces.py", decks) == []
