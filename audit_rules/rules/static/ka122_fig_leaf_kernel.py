@@ -9,7 +9,9 @@ in eager torch on forward's live path: ``torch.matmul``/``@``/``mm``/``bmm``/``e
 are not known statically): each eager GEMM-class op counts 1 unit (4 inside a Python loop), each
 eager softmax/normalisation 0.1; each custom kernel launched on the live path counts 1 unit when
 it has tensor-core math (``tl.dot``, ``mma``/``wgmma``/``tcgen05``/``wmma``) and 0.1 otherwise;
-share = eager / (eager + custom). Rubric leak at share >= 1/3, advisory below.
+share = eager / (eager + custom). Rubric leak when eager torch does the larger part (share > 1/2),
+advisory otherwise: a hybrid whose custom kernels carry half the work or more (the seeds accept a
+Triton pipeline with two cuBLAS bmm stages) is the agent's work.
 
 Why it matters: the seeds check "no torch.matmul/bmm/F.linear" on every MoE/GEMM cell: a custom
 kernel doing the routing or the epilogue while cuBLAS (through torch) does the GEMM scores the
@@ -138,7 +140,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     heavy = any(w >= 1.0 for *_, w in eager)
     out: list[Finding] = []
     for func, node, op, _w in eager:
-        leak = heavy and share >= 1 / 3
+        leak = heavy and share > 1 / 2
         out.append(
             S.py_finding(
                 RULE,
