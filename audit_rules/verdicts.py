@@ -58,6 +58,7 @@ class Producer(StrEnum):
     INGEST = "ingest"  # decided from the archive alone (spine, before/without the audit library)
     AUDIT = "audit"  # audit_rules synthesis over static/transcript/template/log findings
     REGRADE = "regrade"  # synthesis after an isolated regrade and empirical probes
+    REAUDIT = "reaudit"  # a stored run judged again by changed rules (service.reaudit); no regrade
     OPERATOR = "operator"  # a human override
 
 

@@ -349,6 +349,55 @@ def audit(
 
 
 @app.command()
+def reaudit(
+    model: ModelOpt = None, harness: HarnessOpt = None, problem: ProblemOpt = None, deck: DeckOpt = None,
+    hardware: HardwareOpt = None, verdict: VerdictOpt = None, reward_hack: HackOpt = None,
+    contamination: ContamOpt = None, publish_grade: PublishOpt = None, started_from: FromOpt = None,
+    started_to: ToOpt = None,
+    run_id: Annotated[list[str] | None, Opt("--run-id", help="only this run (repeatable)")] = None,
+    since_version: Annotated[str | None, Opt(help="only runs whose current verdict was recorded under this "
+                                                  "rule set (version+hash, hash, version, or 'none')")] = None,
+    jobs: Annotated[int, Opt(min=1, max=64, help="worker processes")] = 1,
+    rules: Annotated[str | None, Opt(help="comma-separated rule ids to run instead of every rule (what-if)")] = None,
+    dry_run: Annotated[bool, Opt(help="print the diff, append nothing")] = False,
+    as_json: Annotated[bool, Opt("--json", help="print the whole result as JSON")] = False,
+) -> None:
+    """Re-judge stored runs with the current rules; append a verdict only where something changed."""
+    from service.reaudit import ReauditParams
+    from service.reaudit import reaudit as run_reaudit
+
+    svc = _services()
+    params = ReauditParams(
+        filters=_filters(model, harness, problem, deck, hardware, verdict, reward_hack, contamination,
+                         publish_grade, started_from, started_to),
+        run_ids=list(run_id) if run_id else None, since_version=since_version, jobs=jobs,
+        rules=[r.strip() for r in rules.split(",") if r.strip()] if rules else None, dry_run=dry_run,
+    )
+    try:
+        result = run_reaudit(svc.settings, svc.db, params, mp_context="fork" if sys.platform == "linux" else None)
+    except ValueError as exc:
+        reject(f"reaudit rejected: {exc}")
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    for d in result.diff:
+        before = f"{d['from']['verdict']}{'/hack' if d['from']['reward_hack'] else ''}" if d["from"] else "none"
+        after = f"{d['to']['verdict']}{'/hack' if d['to']['reward_hack'] else ''}"
+        rules_txt = ",".join(d["rules"]) or "-"
+        plus = " ".join(f"+{k}" for k in d["decisive_added"] or d["findings_added"])
+        minus = " ".join(f"-{k}" for k in d["decisive_removed"] or d["findings_removed"])
+        typer.echo(f"{d['run_id']}\t{before} -> {after}\trules={rules_txt}\t{' '.join(x for x in (plus, minus) if x)}")
+    for p in result.problems:
+        typer.echo(f"{p['run_id']}\t{'error: ' + p['error'] if 'error' in p else 'skipped: ' + p['skipped']}",
+                   err=True)
+    s = result.summary()
+    typer.echo(f"# ruleset {s['ruleset']}: examined {s['examined']}, changed {s['changed']}, appended "
+               f"{s['appended']}, errors {s['errors']}, skipped {s['skipped']}, {s['wall_s']} s", err=True)
+    if result.errors:
+        raise typer.Exit(1)
+
+
+@app.command()
 def check(
     solution: Annotated[Path, typer.Argument(help="solution.py")],
     problem: Annotated[str, Opt(help="problem id, e.g. 01_fp8_gemm")],

@@ -227,6 +227,9 @@ class VerdictRow(Base):
     probes_run: Mapped[list[Any]]
     produced_by: Mapped[str] = mapped_column(String(16))
     producer_detail: Mapped[str] = mapped_column(Text, default="")
+    # The rule-set version that judged (service.reaudit.ruleset_version: "<kaudit version>+<hash>");
+    # NULL on rows written before the column existed.
+    ruleset: Mapped[str | None] = mapped_column(String(64), index=True)
     context: Mapped[dict[str, Any]]  # audit facts for the report (VerdictResult.context)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -318,8 +321,48 @@ class Job(Base):
     progress: Mapped[dict[str, Any]]
     error: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict[str, Any] | None]
+    # Why a queued job is not being taken (e.g. no live worker serves its GPU pool); NULL when
+    # some live worker can take it (service.worker.registry keeps it current).
+    waiting_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class WorkerRow(Base):
+    """A live (or recently live) regrade worker: one row per worker process and GPU slot."""
+
+    __tablename__ = "workers"
+
+    worker_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    gpu_pool: Mapped[str] = mapped_column(String(64), index=True)
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    device: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16), default="idle")  # idle | busy | stopped
+    current_job_id: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReauditRow(Base):
+    """One re-audit of stored runs (`POST /reaudit`, `kaudit reaudit`): parameters, progress, diff."""
+
+    __tablename__ = "reaudits"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), default="running")  # running | succeeded | failed
+    params: Mapped[dict[str, Any]]
+    ruleset: Mapped[str] = mapped_column(String(64))
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    changed: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    summary: Mapped[dict[str, Any]]
+    diff: Mapped[list[Any]]
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
 
 

@@ -29,6 +29,7 @@ from service.models import (
     VerdictRow,
     utcnow,
 )
+from service.ruleset import ruleset_version
 
 SortKey = Literal["started_at", "ingested", "peak_fraction", "run_id"]
 SORT_COLUMNS: dict[str, InstrumentedAttribute[Any]] = {
@@ -288,6 +289,7 @@ class RunRepository:
             producer_detail=str(d["producer_detail"]),
             context=to_jsonable(d.get("context") or {}),
             job_id=job_id,
+            ruleset=ruleset_version(),
             created_at=utcnow(),
         )
         self.session.add(row)
