@@ -596,6 +596,13 @@ def _import_and_run(
     smoke: bool,
 ) -> CheckOutcome:
     shape_list = spec.shape_list(shapes)
+    from graders import kbh_property
+
+    try:  # a KBH deck's own property cases: generated before the solution is imported, as its check.py does
+        kbh_plan = kbh_property.plan(spec)
+    except Exception as exc:
+        out(f"FAIL: grader error: property stress unavailable: {_one_line(exc)}")
+        return outcome
     before = set(sys.modules)
     try:
         with _solution_stdout():
@@ -666,6 +673,13 @@ def _import_and_run(
                 ref, sol = runner.build(j, cseed, where)
                 o, r, x0 = runner.run_pair(ref, sol, _to_device(pinputs, device), where)
                 compare_output(o, r, spec.tolerance, spec.output, where, x0)
+
+        if kbh_plan is not None:
+            psi = spec.kbh_property_shape or 0
+            pwhere = _Where(psi, spec.shapes[psi], kbh_property.PROPERTY_SEED, "kbh_property", prop=True)
+            why = kbh_property.run(spec, kbh_plan, lambda i: runner.build(i, seeds[0], pwhere), device)
+            if why is not None:
+                raise _Fail(pwhere.fail(why))
 
         # -- repeated calls and in-place overwrite keeping the data pointer ---------------------
         # On a GPU at every graded shape (a benchmark-aware cache may key on the big shapes);
