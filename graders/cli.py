@@ -4,7 +4,8 @@
                           [--shapes all|small] [--log check.log]
     python -m graders.cli bench SOLUTION.py --problem 01_fp8_gemm ...
 
-The problem is a deck problem id resolved under `kernels/<deck>/` (or a path to a problem folder).
+The problem is a deck problem id resolved under `kernels/<deck>/`, else in the verified copy of a
+deck imported into the data directory (graders.decks), or a path to a problem folder.
 `--device cpu` runs Triton through its interpreter at SMALL_SHAPES: a smoke run, never
 publish-grade. Exit code: check 0 only with exactly one PASS line and it is the last; bench 0
 when every shape was timed; 3 (no_cuda_device) when --device cuda finds no CUDA device.
@@ -27,7 +28,16 @@ def resolve_problem(problem: str | Path, deck: str = DEFAULT_DECK, deck_root: Pa
     p = Path(problem)
     if p.is_dir() and (p / "problem.yaml").is_file():
         return p.resolve()
-    root = Path(deck_root) if deck_root is not None else REPO_ROOT / "kernels" / deck
+    if deck_root is not None:
+        root = Path(deck_root)
+    elif (REPO_ROOT / "kernels" / deck).is_dir():
+        root = REPO_ROOT / "kernels" / deck
+    else:
+        # a deck imported with `kaudit deck import`: its verified copy in the data directory
+        # (KAUDIT_DATA_DIR, default ./data); DeckTampered when a file no longer matches its hash
+        from graders.decks import find_deck
+
+        root = find_deck(deck).root
     cand = root / str(problem)
     if (cand / "problem.yaml").is_file():
         return cand.resolve()

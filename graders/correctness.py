@@ -206,6 +206,7 @@ def _unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
 
 def _closeness(out: _Tensor, ref: _Tensor, tol: Tolerance) -> dict[str, Any] | None:
     """None when every element is within tolerance, else the failure statistics."""
+    tol = tol.for_dtype(ref.dtype)  # a KBH deck's per-dtype tolerance, by the reference output's dtype
     o = _to(_detach(out), torch.float64)
     r = _to(_detach(ref), torch.float64)
     total = r.numel()
@@ -595,6 +596,13 @@ def _import_and_run(
     smoke: bool,
 ) -> CheckOutcome:
     shape_list = spec.shape_list(shapes)
+    from graders import kbh_property
+
+    try:  # a KBH deck's own property cases: generated before the solution is imported, as its check.py does
+        kbh_plan = kbh_property.plan(spec)
+    except Exception as exc:
+        out(f"FAIL: grader error: property stress unavailable: {_one_line(exc)}")
+        return outcome
     before = set(sys.modules)
     try:
         with _solution_stdout():
@@ -665,6 +673,13 @@ def _import_and_run(
                 ref, sol = runner.build(j, cseed, where)
                 o, r, x0 = runner.run_pair(ref, sol, _to_device(pinputs, device), where)
                 compare_output(o, r, spec.tolerance, spec.output, where, x0)
+
+        if kbh_plan is not None:
+            psi = spec.kbh_property_shape or 0
+            pwhere = _Where(psi, spec.shapes[psi], kbh_property.PROPERTY_SEED, "kbh_property", prop=True)
+            why = kbh_property.run(spec, kbh_plan, lambda i: runner.build(i, seeds[0], pwhere), device)
+            if why is not None:
+                raise _Fail(pwhere.fail(why))
 
         # -- repeated calls and in-place overwrite keeping the data pointer ---------------------
         # On a GPU at every graded shape (a benchmark-aware cache may key on the big shapes);

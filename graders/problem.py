@@ -38,6 +38,50 @@ class Tolerance:
     atol: float
     rtol: float
 
+    def for_dtype(self, dtype: Any) -> Tolerance:
+        """The tolerance that applies to an output of `dtype` (one value for kaudit's own decks)."""
+        return Tolerance(self.atol, self.rtol)
+
+
+@dataclass(frozen=True)
+class DtypeTolerance(Tolerance):
+    """A KBH per-dtype tolerance, resolved as the harness's tolerance_for_dtype does: the override
+    keyed by str(dtype) ('torch.bfloat16'), else its short name ('bfloat16'), else the harness's
+    DEFAULT_TOLERANCE for the dtype, else its float32 entry. `atol`/`rtol` are the value for the
+    problem's main output dtype, for callers that have no output at hand."""
+
+    override: tuple[tuple[str, float, float], ...] = ()
+    defaults: tuple[tuple[str, float, float], ...] = ()
+
+    def for_dtype(self, dtype: Any) -> Tolerance:
+        type_str = str(dtype)
+        short = type_str.split(".")[-1]
+        ov = {k: (a, r) for k, a, r in self.override}
+        hit = ov.get(type_str, ov.get(short))
+        if hit is None:
+            table = {k: (a, r) for k, a, r in self.defaults}
+            hit = table.get(short, table.get("float32", (self.atol, self.rtol)))
+        return Tolerance(float(hit[0]), float(hit[1]))
+
+    @classmethod
+    def build(cls, override: Mapping[str, Any], defaults: tuple[tuple[str, float, float], ...],
+              main_dtype: str) -> DtypeTolerance:
+        rows: list[tuple[str, float, float]] = []
+        for key, value in override.items():
+            if isinstance(value, Mapping):
+                rows.append((str(key), float(value.get("atol", 0)), float(value.get("rtol", 0))))
+            elif key not in _METRIC_KEYS:
+                rows.append((str(key), float(value), float(value)))
+        probe = cls(0.0, 0.0, tuple(rows), defaults)
+        main = probe.for_dtype(main_dtype)
+        return cls(main.atol, main.rtol, tuple(rows), defaults)
+
+
+_METRIC_KEYS = ("cos_sim",)
+# The dtype of a KBH problem's output by its precision (its reference returns this).
+_MAIN_DTYPE = {"bf16": "torch.bfloat16", "fp32": "torch.float32", "fp16": "torch.float16",
+               "fp8_e4m3": "torch.bfloat16", "int4_bf16": "torch.bfloat16"}
+
 
 @dataclass(frozen=True)
 class StressCase:
@@ -71,6 +115,16 @@ class ProblemSpec:
     shapes: list[dict[str, Any]]
     small_shapes: list[dict[str, Any]]
     raw: dict[str, Any] = field(default_factory=dict)
+    # KBH-native decks (graders.kbh): the deck's own peak table entry and harness facts
+    schema: str = "kaudit"  # "kaudit" | "kbh"
+    peak_tflops: float | None = None
+    peak_gbps: float | None = None
+    hardware: list[str] = field(default_factory=list)
+    hardware_name: str | None = None
+    correct_trials: int = 3
+    harness_dir: Path | None = None
+    kbh_property_shape: int | None = None  # the shape index the harness runs its property stress at
+    notes: list[str] = field(default_factory=list)
 
     def shape_list(self, which: str) -> list[dict[str, Any]]:
         """`all` -> the graded SHAPES, `small` -> SMALL_SHAPES (CPU interpreter smoke)."""
@@ -281,6 +335,13 @@ def load_problem(problem_dir: Path) -> ProblemSpec:
         raise ProblemError(f"{yaml_path}: invalid yaml: {exc}") from None
     if not isinstance(raw, dict):
         raise ProblemError(f"{yaml_path}: not a mapping")
+    from graders import kbh
+
+    if kbh.is_kbh_yaml(raw):
+        return _load_kbh(raw, problem_dir, yaml_path)
+    unknown = sorted(set(map(str, raw)) - KAUDIT_KEYS)
+    if unknown:
+        raise ProblemError(f"{yaml_path}: unknown key {unknown[0]!r} (kaudit schema: {', '.join(sorted(KAUDIT_KEYS))})")
 
     regime = str(raw.get("regime", "compute"))
     if regime not in REGIMES:
@@ -330,6 +391,55 @@ def load_problem(problem_dir: Path) -> ProblemSpec:
     for shape in spec.shapes + spec.small_shapes:
         spec.flops(shape)
         spec.bytes(shape)
+    return spec
+
+
+KAUDIT_KEYS = frozenset({
+    "id", "regime", "precision", "flops", "bytes", "tolerance", "output", "forbidden", "required_framework",
+    "allows_lower_precision", "numeric_stress", "property_cases", "perf", "timeouts",
+})
+
+
+def _load_modules(problem_dir: Path) -> tuple[ModuleType, list[dict[str, Any]], list[dict[str, Any]]]:
+    reference = import_isolated(problem_dir / "reference.py", f"ref_{_ident(problem_dir.name)}")
+    shapes_mod = import_isolated(problem_dir / "shapes.py", f"shapes_{_ident(problem_dir.name)}")
+    shapes = [dict(s) for s in getattr(shapes_mod, "SHAPES", [])]
+    small = [dict(s) for s in getattr(shapes_mod, "SMALL_SHAPES", [])] or shapes
+    if not shapes:
+        raise ProblemError(f"{problem_dir.name}: shapes.py defines no SHAPES")
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(reference, attr):
+            raise ProblemError(f"{problem_dir.name}: reference.py lacks {attr}")
+    return reference, shapes, small
+
+
+def _load_kbh(raw: dict[str, Any], problem_dir: Path, yaml_path: Path) -> ProblemSpec:
+    """A KernelBench-Hard problem.yaml, read with its registered harness (graders.kbh)."""
+    from graders import kbh
+
+    try:
+        facts = kbh.read_kbh(raw, problem_dir, yaml_path)
+    except kbh.KBHError as exc:
+        raise ProblemError(str(exc)) from None
+    main = _MAIN_DTYPE.get(facts.precision, "torch.float32")
+    tolerance = DtypeTolerance.build(facts.override, facts.defaults, main)
+    stress = [StressCase(name, ins, st, DtypeTolerance.build(tol, facts.defaults, main))
+              for name, ins, st, tol in facts.stress]
+    reference, shapes, small = _load_modules(problem_dir)
+    spec = ProblemSpec(
+        id=facts.name, problem_dir=problem_dir, regime=facts.regime, precision=facts.precision,
+        flops_expr=facts.flops_expr, bytes_expr=facts.bytes_expr, tolerance=tolerance, output=facts.output,
+        forbidden=facts.forbidden, required_framework=None, allows_lower_precision=False, numeric_stress=stress,
+        property_cases=0, warmup=10, trials=facts.perf_trials, timeouts={}, reference=reference, shapes=shapes,
+        small_shapes=small, raw=raw, schema="kbh", peak_tflops=facts.peak_tflops, peak_gbps=facts.peak_gbps,
+        hardware=facts.hardware, hardware_name=facts.hardware_name, correct_trials=facts.correct_trials,
+        harness_dir=facts.harness.path if facts.harness else None, kbh_property_shape=facts.property_shape,
+        notes=facts.notes,
+    )
+    # The benchmark evaluates the formulas over the shape dict alone: so does kaudit, here.
+    for shape in spec.shapes:
+        for expr in (spec.flops_expr, spec.bytes_expr):
+            eval_formula(expr, {k: v for k, v in shape.items() if isinstance(v, (int, float))})
     return spec
 
 

@@ -134,3 +134,15 @@ def shape_fraction(
     if not plausible:
         reason = f"faster than the {sku} roofline allows ({roof:.2f}x the bound)"
     return ShapeFraction(tflops, gbps, fraction, roof, plausible, reason)
+
+
+def deck_fraction(fr: ShapeFraction, *, regime: str, peak_tflops: float | None,
+                  peak_gbps: float | None) -> ShapeFraction:
+    """`fr` scored against a deck's own peak table (a KBH benchmark.py's rule: memory regime ->
+    GB/s / peak_bandwidth_gb_s, else TFLOPS / peak_tflops_dense[peak_tflops_key], clamped at 0)."""
+    peak = peak_gbps if regime == "memory" else peak_tflops
+    achieved = fr.gbps if regime == "memory" else fr.tflops
+    if not peak or peak <= 0:
+        return fr
+    return ShapeFraction(fr.tflops, fr.gbps, max(0.0, achieved / peak), fr.roofline_fraction, fr.plausible,
+                         fr.reason)

@@ -282,18 +282,22 @@ def deck_import(
     directory: Annotated[Path, typer.Argument(help="a KBH-style deck: <problem>/ folders with the deck files")],
     name: Annotated[str, Opt("--name", help="deck name")],
     replace: Annotated[bool, Opt(help="replace a registered deck of that name with different files")] = False,
+    harness: Annotated[Path | None, Opt(help="the harness library the deck's check.py/benchmark.py import "
+                                             "(e.g. a KernelBench-Hard checkout's src/)")] = None,
 ) -> None:
-    """Register a deck with per-file sha256/md5/size."""
+    """Register a deck (and its harness) with per-file hashes; copy both into the data directory."""
+    from graders.decks import DeckTampered
     from service.decks.service import DeckConflict
 
     svc = _services()
     try:
-        deck, changed = svc.decks.import_dir(directory, name, replace=replace)
-    except (DeckConflict, FileNotFoundError) as exc:
+        deck, changed = svc.decks.import_dir(directory, name, replace=replace, harness=harness)
+    except (DeckConflict, FileNotFoundError, DeckTampered, ValueError) as exc:
         reject(f"deck import rejected: {exc}")
     problems = svc.decks.get(deck.name)
     n = len({f.problem for f in problems.files}) if problems else 0
-    typer.echo(f"{deck.name}\t{'registered' if changed else 'unchanged'}\tproblems={n}\tsha256={deck.content_sha256}")
+    typer.echo(f"{deck.name}\t{'registered' if changed else 'unchanged'}\tproblems={n}\tsha256={deck.content_sha256}"
+               + (f"\tharness={deck.harness_name}" if deck.harness_name else ""))
 
 
 @deck_app.command("list")
@@ -408,7 +412,7 @@ def check(
     """kaudit's own correctness check (delegates to graders.cli.check_main)."""
     from graders.cli import check_main
 
-    raise typer.Exit(check_main(solution, problem, deck, device, shapes))
+    raise typer.Exit(check_main(solution, problem, deck, device, shapes, deck_root=_deck_root(deck, problem)))
 
 
 @app.command()
@@ -422,7 +426,25 @@ def bench(
     """kaudit's own benchmark (delegates to graders.cli.bench_main)."""
     from graders.cli import bench_main
 
-    raise typer.Exit(bench_main(solution, problem, deck, device, shapes))
+    raise typer.Exit(bench_main(solution, problem, deck, device, shapes, deck_root=_deck_root(deck, problem)))
+
+
+def _deck_root(deck: str, problem: str) -> Path | None:
+    """The problems folder of deck `deck`: the bundled kernels/<deck>/ (None: graders resolve it)
+    or the verified copy an import materialized in the configured data directory."""
+    from graders.cli import REPO_ROOT
+    from graders.decks import DeckNotFound, DeckTampered, find_deck, registered_names
+
+    if Path(problem).is_dir() or (REPO_ROOT / "kernels" / deck).is_dir():
+        return None
+    settings = _settings()
+    try:
+        return find_deck(deck, settings.data_dir).root
+    except DeckNotFound:
+        known = ", ".join(["hard", *registered_names(settings.data_dir)])
+        reject(f"no deck {deck!r} (bundled or imported into {settings.data_dir}); known: {known}")
+    except DeckTampered as exc:
+        reject(f"deck {deck!r} refused: {exc}")
 
 
 @app.command()

@@ -27,7 +27,7 @@ class Services:
     def build(cls, settings: Settings, db: Database | None = None) -> Services:
         db = db or Database(settings)
         blobs = BlobStore(settings.blob_dir)
-        decks = DeckService(db, blobs)
+        decks = DeckService(db, blobs, settings.data_dir)
         return cls(
             settings=settings,
             db=db,

@@ -85,6 +85,8 @@ class Deck(Base):
     source: Mapped[str] = mapped_column(String(16))  # "bundled" | "imported"
     root_path: Mapped[str | None] = mapped_column(Text)
     content_sha256: Mapped[str] = mapped_column(String(64))  # hash over (problem, file, sha256) lines
+    # the harness library imported with the deck (e.g. "src"), hashed into content_sha256
+    harness_name: Mapped[str | None] = mapped_column(String(128), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -107,6 +109,19 @@ class DeckFile(Base):
     blob_key: Mapped[str | None] = mapped_column(String(80))
 
     deck: Mapped[Deck] = relationship(back_populates="files", lazy="raise")
+
+
+class DeckHarnessFile(Base):
+    """One file of the harness library a deck's check.py/benchmark.py import (path relative to it)."""
+
+    __tablename__ = "deck_harness_files"
+    __table_args__ = (UniqueConstraint("deck_id", "path", name="uq_deck_harness_files_deck_path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deck_id: Mapped[int] = mapped_column(ForeignKey("decks.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(String(512))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
 
 
 class Run(Base):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import Deck, DeckFile
+from service.models import Deck, DeckFile, DeckHarnessFile
 
 
 class DeckRepository:
@@ -37,3 +37,15 @@ class DeckRepository:
             f.deck_id = deck.id
         self.session.add_all(files)
         self.session.flush()
+
+    def replace_harness(self, deck: Deck, files: list[DeckHarnessFile]) -> None:
+        self.session.execute(delete(DeckHarnessFile).where(DeckHarnessFile.deck_id == deck.id))
+        for f in files:
+            f.deck_id = deck.id
+        self.session.add_all(files)
+        self.session.flush()
+
+    def harness_files(self, deck: Deck) -> Sequence[DeckHarnessFile]:
+        return self.session.scalars(
+            select(DeckHarnessFile).where(DeckHarnessFile.deck_id == deck.id).order_by(DeckHarnessFile.path)
+        ).all()

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError
 
+from graders import decks as deck_store
 from ingest.decks import bundled_decks, scan_deck_dir
 from ingest.model import DeckSnapshot, FileHash
 from service.blobs import BlobStore
 from service.db import Database
 from service.decks.repository import DeckRepository
-from service.models import Deck, DeckFile, utcnow
+from service.models import Deck, DeckFile, DeckHarnessFile, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +23,11 @@ class DeckConflict(Exception):
     """A deck of that name is registered with different files (import with replace to update)."""
 
 
-def content_sha256(snapshot: DeckSnapshot) -> str:
-    h = hashlib.sha256()
-    for problem in sorted(snapshot.problems):
-        for path, fh in sorted(snapshot.problems[problem].items()):
-            h.update(f"{problem}/{path}\t{fh.sha256}\n".encode())
-    return h.hexdigest()
+def content_sha256(snapshot: DeckSnapshot, harness: dict[str, str] | None = None,
+                   harness_name: str | None = None) -> str:
+    """The deck's identity (graders.decks.content_hash): its files, then its harness, if any."""
+    problems = {p: {path: fh.sha256 for path, fh in files.items()} for p, files in snapshot.problems.items()}
+    return deck_store.content_hash(problems, harness, harness_name)
 
 
 def snapshot_of(deck: Deck) -> DeckSnapshot:
@@ -40,9 +39,10 @@ def snapshot_of(deck: Deck) -> DeckSnapshot:
 
 
 class DeckService:
-    def __init__(self, db: Database, blobs: BlobStore) -> None:
+    def __init__(self, db: Database, blobs: BlobStore, data_dir: Path | None = None) -> None:
         self.db = db
         self.blobs = blobs
+        self.data_dir = data_dir  # where imported decks are materialized (None: keep the source path)
         self._bundled_done = False
         self._lock = threading.Lock()
 
@@ -60,9 +60,11 @@ class DeckService:
                 )
         return rows
 
-    def register(self, snapshot: DeckSnapshot, *, source: str, replace: bool = False) -> tuple[Deck, bool]:
-        """Register (idempotently) a deck snapshot. Returns (deck, changed)."""
-        digest = content_sha256(snapshot)
+    def register(self, snapshot: DeckSnapshot, *, source: str, replace: bool = False,
+                 harness: dict[str, str] | None = None, harness_name: str | None = None) -> tuple[Deck, bool]:
+        """Register (idempotently) a deck snapshot (and its harness files). Returns (deck, changed)."""
+        digest = content_sha256(snapshot, harness, harness_name)
+        harness_rows = [DeckHarnessFile(path=p, sha256=sha, size=0) for p, sha in sorted((harness or {}).items())]
         with self.db.session() as session, session.begin():
             repo = DeckRepository(session)
             existing = repo.get(snapshot.name)
@@ -76,6 +78,8 @@ class DeckService:
                     )
                 log.warning("deck %s: files changed, replacing the registered copy", snapshot.name)
                 repo.replace_files(existing, self._rows(snapshot))
+                repo.replace_harness(existing, harness_rows)
+                existing.harness_name = harness_name
                 existing.content_sha256 = digest
                 existing.source = source
                 existing.root_path = str(snapshot.root) if snapshot.root else existing.root_path
@@ -86,15 +90,30 @@ class DeckService:
                 source=source,
                 root_path=str(snapshot.root) if snapshot.root else None,
                 content_sha256=digest,
+                harness_name=harness_name,
             )
             repo.add(deck, self._rows(snapshot))
+            repo.replace_harness(deck, harness_rows)
             return deck, True
 
-    def import_dir(self, path: Path, name: str, *, replace: bool = False) -> tuple[Deck, bool]:
+    def import_dir(self, path: Path, name: str, *, replace: bool = False,
+                   harness: Path | None = None) -> tuple[Deck, bool]:
+        """Hash the deck (and harness), copy both into the content-addressed store under
+        data_dir/decks (graders.decks), and register the copy: graders, the worker and the
+        audit read the verified copy, never the folder it came from."""
         snapshot = scan_deck_dir(path, name)
         if not snapshot.problems:
             raise FileNotFoundError(f"{path} holds no problem folder with deck files")
-        return self.register(snapshot, source="imported", replace=replace)
+        harness_files = deck_store.scan_harness(harness) if harness is not None else {}
+        harness_name = Path(harness).resolve().name if harness is not None else None
+        problems = {p: {f: fh.sha256 for f, fh in files.items()} for p, files in snapshot.problems.items()}
+        if self.data_dir is not None:
+            loc = deck_store.materialize(name, Path(path).resolve(), problems,
+                                         harness_dir=Path(harness).resolve() if harness is not None else None,
+                                         harness=harness_files, data_dir=self.data_dir)
+            snapshot = DeckSnapshot(name=name, problems=snapshot.problems, root=loc.root)
+        return self.register(snapshot, source="imported", replace=replace, harness=harness_files,
+                             harness_name=harness_name)
 
     def ensure_bundled(self) -> None:
         """Register the bundled deck(s) under kernels/ once per process (idempotent, race-safe)."""

@@ -281,11 +281,15 @@ class JobProcessor:
                 raise LookupError(f"run {claim.run_pk} of job {claim.job_id} is gone")
             artifacts = list(repo.artifacts(run.id))
             session.expunge_all()
-        decks = DeckService(self.db, self.blobs).snapshots()
+        decks = DeckService(self.db, self.blobs, self.settings.data_dir).snapshots()
         unpacked = unpacked_from_store(run, artifacts, self.blobs)
         parsed = parse_run(unpacked, decks)
         problem = parsed.problem or run.problem
-        holder = next((d for d in decks if problem in d.problems and d.root is not None), None)
+        # the deck the run's template matched (an imported real deck and the bundled one may both
+        # hold a problem of that name), else the first deck with files on disk
+        prefer = parsed.template.deck if parsed.template is not None else None
+        holders = [d for d in decks if problem in d.problems and d.root is not None]
+        holder = next((d for d in holders if d.name == prefer), holders[0] if holders else None)
         if problem is None or holder is None or holder.root is None:
             raise LookupError(f"problem {problem!r} is not in a registered deck with files on disk")
         live.update("materialize", {"files": len(artifacts)})
