@@ -1,7 +1,7 @@
 """deck harness: the harness library imported with a deck (name on decks, files in deck_harness_files)
 
 Revision ID: 5b1e0c7d2a94
-Revises: 37034e39cfbd
+Revises: 3435114b3243
 Create Date: 2026-12-03 10:10:00+00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = '5b1e0c7d2a94'
-down_revision: str | None = '37034e39cfbd'
+down_revision: str | None = '3435114b3243'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
