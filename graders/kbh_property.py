@@ -27,9 +27,10 @@ def plan(spec: ProblemSpec) -> tuple[Any, ...] | None:
     harness = load_harness(spec.harness_dir)
     if harness.property_stress is None:
         raise RuntimeError(harness.property_error or "the harness has no property_stress module")
-    if spec.harness_dir is None:
+    harness_dir = spec.harness_dir
+    if harness_dir is None:
         raise ValueError(f"{spec.id}: property stress needs the deck's registered harness")
-    with harness_imports(spec.harness_dir):
+    with harness_imports(harness_dir):
         _, cases = harness.property_stress.generate_property_cases(spec.id)
     return (harness, tuple(cases))
 
