@@ -54,7 +54,10 @@ def run(spec: ProblemSpec, planned: tuple[Any, ...], build: Callable[[int], tupl
     base = [v.to(device) if isinstance(v, torch.Tensor) else v for v in spec.reference.get_inputs()]
     ps = harness.property_stress
     tol = ps.tolerance_for_property(spec.id, spec.raw.get("tolerance") or None)
-    with harness_imports(spec.harness_dir):
+    harness_dir = spec.harness_dir
+    if harness_dir is None:
+        raise ValueError(f"{spec.id}: property stress needs the deck's registered harness")
+    with harness_imports(harness_dir):
         try:
             if spec.output == "topk":
                 ps.check_topk_properties(ref, sol, base, k=shape["k"], tolerance=tol, cases=cases)
