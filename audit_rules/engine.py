@@ -348,7 +348,9 @@ def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
     """
     dest.mkdir(parents=True, exist_ok=True)
     real = set(sidecar_paths(archive))
-    for path, text in solution_sources(archive).items():
+    sources = solution_sources(archive)
+    split = any(p not in real and p != "solution.py" for p in sources)  # sidecars were appended to solution.py
+    for path, text in sources.items():
         targets = [dest / path]
         if path.startswith("scratch/"):
             targets.append(dest / path[len("scratch/") :])
@@ -356,10 +358,8 @@ def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.exists():
                 continue
-            if path in real:
+            if path in real or (path == "solution.py" and not split):
                 shutil.copyfile(archive.files[path].staged_path, target)  # byte-exact
-            elif path == "solution.py" and text == archive.read_text("solution.py"):
-                shutil.copyfile(archive.files[path].staged_path, target)
             else:
                 target.write_text(text, encoding="utf-8")
     return dest

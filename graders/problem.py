@@ -355,15 +355,7 @@ def load_problem(problem_dir: Path) -> ProblemSpec:
     timeouts = {str(k): int(v) for k, v in (raw.get("timeouts") or {}).items()}
     forbidden = [str(x) for x in (raw.get("forbidden") or [])]
 
-    reference = import_isolated(problem_dir / "reference.py", f"ref_{_ident(problem_dir.name)}")
-    shapes_mod = import_isolated(problem_dir / "shapes.py", f"shapes_{_ident(problem_dir.name)}")
-    shapes = [dict(s) for s in getattr(shapes_mod, "SHAPES", [])]
-    small = [dict(s) for s in getattr(shapes_mod, "SMALL_SHAPES", [])] or shapes
-    if not shapes:
-        raise ProblemError(f"{problem_dir.name}: shapes.py defines no SHAPES")
-    for attr in ("Model", "get_inputs", "get_init_inputs"):
-        if not hasattr(reference, attr):
-            raise ProblemError(f"{problem_dir.name}: reference.py lacks {attr}")
+    reference, shapes, small = _load_modules(problem_dir)
 
     spec = ProblemSpec(
         id=str(raw.get("id", problem_dir.name)),

@@ -116,13 +116,14 @@ def _random_initializer(sub: Submission, module: PyModule, value: ast.expr, scop
     targets = sub.resolve_functions(value, scope)
     if not targets:
         return False
+    top = module.scope(None)
+    saved = {t.id for st in module.tree.body if isinstance(st, ast.Assign) for t in st.targets
+             if isinstance(t, ast.Name) and (S.deep_qualname(sub, st.value, top) or "").startswith("torch.nn.init.")}
     for target in targets:
         calls = [n for n in ast.walk(target.node) if isinstance(n, ast.Call)]
-        names = {S.call_name(c) for c in calls}
-        originals = {n.id for c in calls for n in [c.func] if isinstance(n, ast.Name)}
-        saved = {t.id for st in module.tree.body if isinstance(st, ast.Assign) for t in st.targets
-                 if isinstance(t, ast.Name) and (S.deep_qualname(sub, st.value, module.scope(None)) or "").startswith("torch.nn.init.")}
-        if not (names & _RNG_CALLS or originals & saved):
+        draws = {S.call_name(c) for c in calls} & _RNG_CALLS
+        defers = {c.func.id for c in calls if isinstance(c.func, ast.Name)} & saved
+        if not (draws or defers):
             return False
     return True
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, Severity
@@ -54,6 +55,10 @@ _DEVICE_CODE = re.compile(
 )
 
 
+# Imports that are not a sidecar of the solution: the frameworks and the deck's own modules.
+_THIRD_PARTY = frozenset({"torch", "triton", "numpy", "einops", "cupy", "cuda", "pycuda", "reference", "shapes", "solution"})
+
+
 def _authored(ctx: AuditContext) -> bool:
     sub = S.submission(ctx)
     if sub is None:
@@ -74,9 +79,7 @@ def _imports_missing_sidecar(ctx: AuditContext) -> bool:
     module = sub.modules.get(sub.entry)
     if module is None:
         return True
-    import sys
-
-    std = set(sys.stdlib_module_names) | {"torch", "triton", "numpy", "einops", "cupy", "cuda", "pycuda", "ctypes"}
+    known = _THIRD_PARTY | {m.name for m in sub.modules.values()}
     for node in ast.walk(module.tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
@@ -85,10 +88,8 @@ def _imports_missing_sidecar(ctx: AuditContext) -> bool:
             names = [node.module.split(".")[0]]
         elif isinstance(node, ast.ImportFrom) and node.level > 0:
             return True
-        for n in names:
-            if n not in std and n not in {"reference", "shapes", "solution"} and n not in sub.modules:
-                if not any(m.name == n for m in sub.modules.values()):
-                    return True
+        if any(n not in known and n not in sys.stdlib_module_names for n in names):
+            return True
     return False
 
 
