@@ -75,6 +75,7 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
                 raw = loaded
     forbidden = raw.get("forbidden") or []
     check_py = Path(deck.root) / problem / "check.py" if deck.root is not None else None
+    ref_py = Path(deck.root) / problem / "reference.py" if deck.root is not None else None
     return ProblemInfo(
         problem_id=problem,
         deck=deck.name,
@@ -85,6 +86,7 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
         allows_lower_precision=bool(raw.get("allows_lower_precision", False)),
         raw=raw,
         check_covers_timed_shapes=check_loops_all_shapes(check_py) if check_py is not None else None,
+        reference_source=ref_py.read_text(encoding="utf-8", errors="replace") if ref_py is not None and ref_py.is_file() else None,
     )
 
 
