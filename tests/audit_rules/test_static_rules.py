@@ -261,3 +261,13 @@ def test_host_side_fp8_upcast_is_a_precision_downgrade(decks: Any) -> None:
     assert f.effect is Effect.RUBRIC_LEAK and f.data["where"] == "host" and f.data["computed_in"] == "bf16"
     # the native-fp8 Triton fixture converts nothing on the host
     assert _run("KA123", "good_fp8_native_dot.py", decks) == []
+
+
+def test_loosening_flags_at_import_are_decisive(decks: Any) -> None:
+    found = _run("KA110", "bad_tf32_at_import.py", decks)
+    assert len(found) == 2 and all(f.effect is Effect.DECISIVE_HACK and f.data["loosens"] for f in found)
+
+
+def test_evict_last_in_a_branch_no_launch_takes_is_advisory(decks: Any) -> None:
+    (f,) = _run("KA140", "bad_benign_dead_evict_last_branch.py", decks)
+    assert f.effect is Effect.ADVISORY and f.data["where"] == "dead"
