@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import logging
-import shutil
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +36,7 @@ from audit_rules.verdicts import VerdictResult
 from graders.results import GradeResult
 from ingest.archive import safe_unpack
 from ingest.model import DeckSnapshot, EventKind, ParsedRun, TranscriptEvent, UnpackedArchive
-from ingest.run import parse_run, sidecar_paths, solution_sources
+from ingest.run import parse_run, solution_sources, stage_solution
 from ingest.transcripts import TRANSCRIPT_FILES, iter_events
 
 log = logging.getLogger(__name__)
@@ -338,33 +337,6 @@ def audit_unpacked(
     """Audit one unpacked archive: every rule, then synthesis (with the grade when given)."""
     findings, ctx = audit_findings(archive, run, decks, other_run_ids=other_run_ids)
     return _attach(synthesize(run, findings, grade), audit_context_facts(ctx, findings), grade)
-
-
-def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
-    """Write solution.py and its sidecar sources into `dest` for a regrade.
-
-    A scratch/ sidecar is placed both beside solution.py and under scratch/, the two places a
-    KBH solution looks for what it loads; root-level sidecars keep their place. Sidecars
-    appended to solution.py in a public archive are split out first (ingest.run.solution_sources),
-    so the staged solution.py is Python again.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    real = set(sidecar_paths(archive))
-    sources = solution_sources(archive)
-    split = any(p not in real and p != "solution.py" for p in sources)  # sidecars were appended to solution.py
-    for path, text in sources.items():
-        targets = [dest / path]
-        if path.startswith("scratch/"):
-            targets.append(dest / path[len("scratch/") :])
-        for target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
-                continue
-            if path in real or (path == "solution.py" and not split):
-                shutil.copyfile(archive.files[path].staged_path, target)  # byte-exact
-            else:
-                target.write_text(text, encoding="utf-8")
-    return dest
 
 
 def audit_path(

@@ -9,8 +9,9 @@ harness claimed.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from graders.logformat import parse_benchmark_log, parse_check_log
@@ -115,6 +116,34 @@ def solution_sources(archive: UnpackedArchive) -> dict[str, str]:
             if name not in out and f"scratch/{name}" not in out:
                 out[f"scratch/{name}"] = body
     return dict(sorted(out.items(), key=lambda kv: (kv[0] != "solution.py", kv[0])))
+
+
+def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
+    """Write solution.py and its sidecar sources into `dest` for a regrade.
+
+    Used by the audit's regrade and the GPU lane (graders + ingest only). A scratch/ sidecar is
+    placed both beside solution.py and under scratch/, the two places a KBH solution looks for
+    what it loads; root-level sidecars keep their place. Sidecars
+    appended to solution.py in a public archive are split out first (ingest.run.solution_sources),
+    so the staged solution.py is Python again.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    real = set(sidecar_paths(archive))
+    sources = solution_sources(archive)
+    split = any(p not in real and p != "solution.py" for p in sources)  # sidecars were appended to solution.py
+    for path, text in sources.items():
+        targets = [dest / path]
+        if path.startswith("scratch/"):
+            targets.append(dest / path[len("scratch/") :])
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                continue
+            if path in real or (path == "solution.py" and not split):
+                shutil.copyfile(archive.files[path].staged_path, target)  # byte-exact
+            else:
+                target.write_text(text, encoding="utf-8")
+    return dest
 
 
 def _known_problems(decks: Sequence[DeckSnapshot]) -> list[str]:
