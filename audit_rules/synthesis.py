@@ -105,10 +105,11 @@ from audit_rules.verdicts import (
     VerdictResult,
 )
 from graders.results import GradeResult, ProbeResult, ProbeStatus
+from graders.runformat import CHECK_CONTENDED_LOG, CHECK_LOG, TRANSCRIPT_FILES
 from ingest.model import HarnessRegrade, IntegrityStatus, ParsedRun
 
 EARLY_STOP_OUTPUT_TOKENS = 5000
-TRANSCRIPT_SOURCES = ("transcript.jsonl", "codex_session.jsonl")
+TRANSCRIPT_SOURCES = TRANSCRIPT_FILES
 # Probes whose failure means the output was wrong on valid inputs (a correctness failure);
 # l2_policy / stream_escape failures game the timing instead.
 TIMING_PROBES = frozenset({Probe.L2_POLICY.value, Probe.STREAM_ESCAPE.value})
@@ -245,7 +246,7 @@ def _correctness(run: ParsedRun, grade: GradeResult | None) -> _Correctness:
 
 def _check_lines(run: ParsedRun) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
-    for log, name in ((run.check_log, "check.log"), (run.check_contended_log, "check.contended.log")):
+    for log, name in ((run.check_log, CHECK_LOG), (run.check_contended_log, CHECK_CONTENDED_LOG)):
         if log is None:
             continue
         for i, line in enumerate(getattr(log, "lines", []) or [], start=1):

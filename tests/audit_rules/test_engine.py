@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,7 +236,7 @@ def test_audit_path_cleans_up_and_attaches_context(
     # a private temp root: other xdist workers' audits must not show up in the before/after sets
     private_tmp = tmp_path / "tmproot"
     private_tmp.mkdir()
-    monkeypatch.setattr(engine.tempfile, "tempdir", str(private_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))  # the pipeline's temp folders
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "solution.py").write_text("import torch\n")
