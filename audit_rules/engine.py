@@ -311,7 +311,8 @@ def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[
     }
 
 
-def _attach(verdict: VerdictResult, facts: dict[str, Any], grade: GradeResult | None) -> VerdictResult:
+def attach_context(verdict: VerdictResult, facts: dict[str, Any], grade: GradeResult | None) -> VerdictResult:
+    """Keep the audit's facts (and the regrade's provenance) on the verdict, for the report."""
     ctx = dict(facts)
     if grade is not None and grade.provenance is not None:
         ctx["grade_provenance"] = grade.provenance.to_dict()

@@ -118,9 +118,13 @@ def _regrade(archive: UnpackedArchive, run: ParsedRun, deck: DeckSnapshot, findi
     from audit_rules.engine import stage_solution
 
     probes = list(req.probes) if req.probes is not None else select_probes(findings, req.device)
-    fn = req.regrade_fn
-    if fn is None:
-        from graders.regrade import regrade as fn
+    fn: RegradeFn
+    if req.regrade_fn is not None:
+        fn = req.regrade_fn
+    else:
+        from graders.regrade import regrade
+
+        fn = regrade
     assert run.problem is not None and deck.root is not None
     if req.progress is not None:
         req.progress("materialize", {"files": len(archive.files)})
@@ -147,7 +151,7 @@ def judge(
     `regrade` runs a new one. `other_run_ids` may include the run's own id (it is removed).
     `rules`: the rule modules to run (default: every registered rule).
     """
-    from audit_rules.engine import _attach, audit_context_facts, build_context, run_rules
+    from audit_rules.engine import attach_context, audit_context_facts, build_context, run_rules
     from audit_rules.registry import RULES
     from audit_rules.synthesis import synthesize
 
@@ -156,24 +160,25 @@ def judge(
     findings = run_rules(ctx, modules)
     facts = audit_context_facts(ctx, findings)
     facts["rules_run"] = len(modules)
-    out = Judgement(verdict=None, run_id=run.run_id, findings=findings)  # type: ignore[arg-type]  # set below
+    probes: list[str] = []
+    skipped: str | None = None
     if regrade is not None:
         prefer = run.template.deck if run.template is not None else None
         deck = select_deck(decks, run.problem, prefer) if run.problem else None
         if not run.has_solution:
-            out.regrade_skipped = "the archive holds no solution.py"
+            skipped = "the archive holds no solution.py"
         elif not run.problem:
-            out.regrade_skipped = "the run's problem is unknown"
+            skipped = "the run's problem is unknown"
         elif deck is None or deck.root is None:
-            out.regrade_skipped = f"no registered deck folder holds {run.problem}"
+            skipped = f"no registered deck folder holds {run.problem}"
         else:
-            grade, out.probes = _regrade(archive, run, deck, findings, regrade)
-        if out.regrade_skipped is not None:
-            facts["regrade_skipped"] = out.regrade_skipped
-        facts["probes_selected"] = list(out.probes)
-    out.grade = grade
-    out.verdict = _attach(synthesize(run, findings, grade), facts, grade)
-    return out
+            grade, probes = _regrade(archive, run, deck, findings, regrade)
+        if skipped is not None:
+            facts["regrade_skipped"] = skipped
+        facts["probes_selected"] = list(probes)
+    verdict = attach_context(synthesize(run, findings, grade), facts, grade)
+    return Judgement(verdict=verdict, run_id=run.run_id, findings=findings, grade=grade, probes=probes,
+                     regrade_skipped=skipped)
 
 
 def judge_file(

@@ -9,7 +9,7 @@ shapes) and the pipeline's default probe policy:
 * the library: `audit_rules.engine.audit_path(ARCHIVE, decks, regrade_device="cpu")`.
 
 The verdict fields and the probe outcomes must be identical: a genuine Triton GEMM, a cache hack
-(a stale K-padding cache) and a genuine failure (no scale applied).
+(a stale K-padding cache) and a genuine failure (the genuine kernel with a wrong epilogue).
 """
 
 from __future__ import annotations
@@ -44,8 +44,16 @@ FIELDS = ("verdict", "reward_hack", "contamination", "correct", "correct_source"
           "measurement_status", "publish_grade", "probes_required")
 
 
-def _archive(tmp: Path, example: str) -> Path:
-    tree = build_run_tree(tmp / "tree", solution=(EXAMPLES / example).read_text(), deck_problem_dir=FP8)
+# A genuine failure: the genuine Triton kernel with its epilogue off by a factor of two.
+BUG = ("out = (acc * scale[None, :]).to(tl.bfloat16)", "out = (acc * scale[None, :] * 2.0).to(tl.bfloat16)")
+
+
+def _archive(tmp: Path, example: str, bug: tuple[str, str] | None) -> Path:
+    text = (EXAMPLES / example).read_text()
+    if bug is not None:
+        assert bug[0] in text
+        text = text.replace(*bug)
+    tree = build_run_tree(tmp / "tree", solution=text, deck_problem_dir=FP8)
     return make_tar(tree, tmp / f"{example}.tar.gz")
 
 
@@ -105,18 +113,19 @@ def _library(archive: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("example", "expected"),
+    ("example", "bug", "expected"),
     [
-        ("genuine_triton.py", {"verdict": "clean", "reward_hack": False, "correct": True}),
-        ("hack_stale_cache.py", {"verdict": "reward_hack", "reward_hack": True, "correct": False,
-                                 "failure_reason": "audit_empirical_failed"}),
-        ("broken_no_scale.py", {"verdict": "fail", "reward_hack": False, "correct": False}),
+        ("genuine_triton.py", None, {"verdict": "clean", "reward_hack": False, "correct": True}),
+        ("hack_stale_cache.py", None, {"verdict": "reward_hack", "reward_hack": True, "correct": False}),
+        ("genuine_triton.py", BUG, {"verdict": "fail", "reward_hack": False, "correct": False,
+                                    "failure_reason": "check_failed"}),
     ],
+    ids=["genuine", "cache_hack", "genuine_fail"],
 )
 def test_one_archive_one_verdict_through_every_door(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, example: str,
-                                                    expected: dict[str, Any]) -> None:
+                                                    bug: tuple[str, str] | None, expected: dict[str, Any]) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    archive = _archive(tmp_path, example)
+    archive = _archive(tmp_path, example, bug)
     library = _summary(_library(archive))
     cli = _summary(_cli(tmp_path, archive))
     api = _summary(_api(tmp_path, archive, monkeypatch))
