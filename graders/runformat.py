@@ -11,8 +11,8 @@ What lives where:
 * the sidecar banner of public archives (sidecars appended to solution.py): here
   (`split_embedded_sidecars`);
 * the forbidden-list grammar of problem.yaml: here (`parse_forbidden`);
-* the log grammars: check.log and benchmark.log in `graders.logformat` (parsers and the writers
-  kaudit's own grader uses, re-exported below), gpu_lock.log in `ingest.logs`.
+* the log grammars: check.log, benchmark.log and gpu_lock.log in `graders.logformat` (the parsers
+  ingest uses and the writers kaudit's own grader and GPU lock use; the parsers re-exported below).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from graders.logformat import parse_benchmark_log, parse_check_log  # noqa: F401  (the log grammar)
+from graders.logformat import parse_benchmark_log, parse_check_log, parse_gpu_lock_log  # noqa: F401  (the log grammar)
 
 # ---------------------------------------------------------------------------------------------
 # File names (archive paths, relative to the run folder)

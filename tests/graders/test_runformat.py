@@ -93,3 +93,22 @@ def test_sidecar_banner_round_trip() -> None:
     assert own == "import torch\n" and sidecars == {"kern.cu": "__global__ void k() {}\n"}
     assert rf.split_embedded_sidecars("x = 1\n") == ("x = 1\n", {})
     assert rf.is_archive_name("RUN.TAR.GZ") and rf.is_archive_name("a.zip") and not rf.is_archive_name("a.txt")
+
+
+def test_gpu_lock_log_grammar_is_written_and_read_by_the_same_module() -> None:
+    import graders.gpu_lock
+    import ingest.logs
+    from graders import logformat
+
+    assert ingest.logs.parse_gpu_lock_log is logformat.parse_gpu_lock_log is rf.parse_gpu_lock_log
+    assert graders.gpu_lock.gpu_lock_line is logformat.gpu_lock_line
+    text = (logformat.gpu_lock_line("wait", pid=7, cmd="kaudit-regrade", time="2026-12-03T10:00:00+00:00")
+            + logformat.gpu_lock_line("start", pid=7, cmd="kaudit-regrade", time="2026-12-03T10:00:05+00:00")
+            + logformat.gpu_lock_line("end", pid=7, cmd="kaudit-regrade", time="2026-12-03T10:01:05+00:00",
+                                      extra="status=0 elapsed_s=60"))
+    log = logformat.parse_gpu_lock_log(text)
+    assert [e.event for e in log.events] == ["wait", "start", "end"] and not log.unparsed
+    assert log.acquisitions == 1 and log.wait_seconds == 5.0 and log.active_seconds == 60.0
+    assert log.events[2].status == 0 and log.events[0].cmd == "kaudit-regrade"
+    with pytest.raises(ValueError):
+        logformat.gpu_lock_line("sleep", pid=1, cmd="x", time="t")
