@@ -413,6 +413,9 @@ def audit(
                 reject(line["error"])
             typer.echo(f"{archives[0]}: {line['error']}", err=True)
             raise typer.Exit(1)
+        skipped = line.get("regrade_skipped") or (line.get("context") or {}).get("regrade_skipped")
+        if skipped:
+            typer.echo(f"kaudit: regrade skipped: {skipped}; the verdict is the static audit's", err=True)
         if as_json:
             for key in ("path", "run_id", "seconds"):
                 line.pop(key)
