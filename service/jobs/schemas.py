@@ -10,7 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class RegradeRequest(BaseModel):
     force: bool = Field(default=False, description="enqueue a new job even if an identical one exists")
-    probes: list[str] | None = Field(default=None, description="probe set (default: every probe)")
+    probes: list[str] | None = Field(
+        default=None,
+        description="probe set (default: the verdict pipeline's policy, the contract probes plus the probes the "
+                    "findings ask for; stored as [])",
+    )
     gpu_pool: str | None = None
 
 
