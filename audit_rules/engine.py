@@ -320,6 +320,9 @@ def _attach(verdict: VerdictResult, facts: dict[str, Any], grade: GradeResult | 
     ctx = dict(facts)
     if grade is not None and grade.provenance is not None:
         ctx["grade_provenance"] = grade.provenance.to_dict()
+    if grade is not None:
+        # the regrade's own evidence: modes, the deciding outcome, FAIL lines, outputs, probe numbers
+        ctx["regrade"] = grade.evidence()
     verdict.context = ctx
     return verdict
 
@@ -345,12 +348,14 @@ def audit_path(
     regrade_device: str | None = None,
     other_run_ids: frozenset[str] = frozenset(),
     regrade_timeout_s: float = 3600.0,
+    regrade_mode: str | None = None,
 ) -> VerdictResult:
     """Unpack `path` into a temporary folder, audit it, optionally regrade, clean up.
 
     With `regrade_device` ("cpu" or "cuda"), kaudit's own isolated regrade runs the check, the
     benchmark and the probes the findings require, and the verdict is synthesized again with
-    that GradeResult (a `grade` passed in is then ignored).
+    that GradeResult (a `grade` passed in is then ignored). `regrade_mode`: official | hardened |
+    both (graders.regrade; None: the deck's default). ValueError when that mode cannot grade it.
     """
     with tempfile.TemporaryDirectory(prefix="kaudit-audit-") as tmp:
         archive = safe_unpack(Path(path), Path(tmp) / "staged")
@@ -374,5 +379,6 @@ def audit_path(
                     lock=None,
                     timeout_s=regrade_timeout_s,
                     progress=None,
+                    mode=regrade_mode,
                 )
         return _attach(synthesize(run, findings, grade), facts, grade)

@@ -64,6 +64,7 @@ EVIDENCE_HEAD = 4 << 10
 EVIDENCE_TAIL = 12 << 10
 SCRIPTS = ("check.py", "benchmark.py")
 _CUDA_WORD = re.compile(r"\bcuda\b")
+_IMPORTS_SRC = re.compile(r"^\s*(from|import)\s+src\b", re.MULTILINE)
 # The deck scripts' own environment missing on the grading host (not the solution's fault).
 _ENV_MISSING = re.compile(r"No module named '(torch|yaml|triton|numpy|src)(\.[\w.]*)?'")
 
@@ -148,6 +149,12 @@ def official_support(problem_dir: Path, device: str) -> tuple[decks.DeckLocation
     missing = [s for s in SCRIPTS if not (problem_dir / s).is_file()]
     if missing:
         return loc, f"the deck's {problem_dir.name} has no {', '.join(missing)}"
+    if loc.harness is None:
+        importers = [s for s in SCRIPTS if _IMPORTS_SRC.search((problem_dir / s).read_text(encoding="utf-8",
+                                                                                          errors="replace"))]
+        if importers:
+            return loc, (f"deck {loc.name!r} was imported without its harness library, which its "
+                         f"{' and '.join(importers)} import (src.*): import it again with --harness DIR")
     if device != "cuda":
         users = [s for s in SCRIPTS if _CUDA_WORD.search((problem_dir / s).read_text(encoding="utf-8", errors="replace"))]
         if users:
@@ -172,6 +179,18 @@ def hardened_support(problem_dir: Path) -> str | None:
         if regime not in kbh.HARDENED_REGIMES:
             return (f"regime {regime!r}: kaudit's hardened grader scores roofline regimes "
                     f"{', '.join(kbh.HARDENED_REGIMES)} only; the deck's own check.py/benchmark.py grade it")
+    return None
+
+
+def mode_unsupported(problem_dir: Path, mode: str) -> str | None:
+    """Why `mode` cannot grade this problem on any device (None: it can, or `both`)."""
+    if mode == "hardened":
+        return hardened_support(problem_dir)
+    if mode == "official":
+        try:
+            return official_support(problem_dir, "cuda")[1]
+        except decks.DeckTampered as exc:
+            return str(exc)
     return None
 
 

@@ -314,6 +314,8 @@ def audit(
     as_json: Annotated[bool, Opt("--json", help="print the verdict object as JSON")] = False,
     do_regrade: Annotated[bool, Opt("--regrade", help="also run kaudit's regrade and the probes")] = False,
     device: Annotated[str, Opt(help="cpu | cuda (with --regrade)")] = "cuda",
+    mode: Annotated[str | None, Opt(help="official | hardened | both (with --regrade; default: both when the "
+                                         "deck has a harness, else hardened)")] = None,
 ) -> None:
     """Audit one archive: registered decks of the configured DB plus the bundled deck."""
     from ingest.archive import safe_unpack
@@ -322,6 +324,8 @@ def audit(
 
     if device not in ("cpu", "cuda"):
         reject(f"unknown device {device!r} (cpu, cuda)")
+    if mode is not None and mode not in ("official", "hardened", "both"):
+        reject(f"unknown mode {mode!r} (official, hardened, both)")
     if not archive.is_file():
         reject(f"{archive}: no such file")
     settings = _settings()
@@ -341,15 +345,23 @@ def audit(
         # into its own temp dir, stages the solution and runs the isolated regrade + probes.
         from audit_rules.engine import audit_path
 
-        verdict = audit_path(
-            archive, decks, regrade_device=device, other_run_ids=others, regrade_timeout_s=settings.regrade_timeout_s
-        )
+        try:
+            verdict = audit_path(
+                archive, decks, regrade_device=device, other_run_ids=others,
+                regrade_timeout_s=settings.regrade_timeout_s, regrade_mode=mode,
+            )
+        except ValueError as exc:
+            reject(f"regrade refused: {exc}")
     if as_json:
         typer.echo(json.dumps(verdict.to_dict(), indent=2))
     else:
         typer.echo(f"{parsed.run_id}\tverdict={verdict.verdict.value}\treward_hack={verdict.reward_hack}")
         for line in verdict.reasons:
             typer.echo(f"  - {line}")
+        evidence = (verdict.context or {}).get("regrade")
+        if evidence:
+            for line in regrade_evidence_lines(evidence):
+                typer.echo(f"  {line}")
 
 
 @app.command()
@@ -472,18 +484,20 @@ def regrade_cmd(
     force: Annotated[bool, Opt(help="enqueue even if an identical job exists")] = False,
     wait: Annotated[bool, Opt(help="wait until the job finishes, printing its phase")] = False,
     probes: Annotated[str | None, Opt(help="comma-separated probe set (default: all)")] = None,
+    mode: Annotated[str | None, Opt(help="official | hardened | both (default: both when the deck has a "
+                                         "harness, else hardened)")] = None,
 ) -> None:
     """Enqueue a regrade of a stored run."""
-    from service.jobs.service import NotRegradable, UnknownProbe, UnknownRun
+    from service.jobs.service import NotRegradable, UnknownMode, UnknownProbe, UnknownRun
 
     svc = _services()
     try:
         outcome = svc.jobs.enqueue_regrade(
-            run_id, force=force, probes=[p.strip() for p in probes.split(",")] if probes else None
+            run_id, force=force, probes=[p.strip() for p in probes.split(",")] if probes else None, mode=mode
         )
     except UnknownRun:
         reject(f"no run {run_id}")
-    except (NotRegradable, UnknownProbe) as exc:
+    except (NotRegradable, UnknownProbe, UnknownMode) as exc:
         reject(f"cannot regrade {run_id}: {exc}")
     job = outcome.job
     if not outcome.created and job.state == "failed":
@@ -509,8 +523,36 @@ def regrade_cmd(
                 r = current.result
                 typer.echo(f"job {current.id}\tverdict={r.get('verdict')}\tpeak_fraction={r.get('peak_fraction')}"
                            f"\tpublish_grade={r.get('publish_grade')}")
+                for text in regrade_evidence_lines(r.get("regrade") or {}):
+                    typer.echo(f"  {text}")
             raise typer.Exit(0 if current.state == "succeeded" else 1)
         time.sleep(1.0)
+
+
+def regrade_evidence_lines(ev: dict[str, Any]) -> list[str]:
+    """A regrade's evidence as plain lines: modes, who decided, each mode's outcome and FAIL
+    line, per-shape ms, probe numbers, disagreements (GradeResult.evidence())."""
+    if not ev:
+        return []
+    out = [f"regrade: mode={ev.get('mode')} decided_by={ev.get('decided_by')} correct={ev.get('correct')} "
+           f"peak_fraction={ev.get('peak_fraction')} failure_reason={ev.get('failure_reason')}"
+           + (" INFRA" if ev.get("infra_failure") else "")]
+    for name in ("official", "hardened"):
+        m = ev.get(name) or {}
+        if not m:
+            continue
+        shapes = " ".join(f"{s.get('shape', s.get('shape_index'))}:{s.get('ms')}" for s in m.get("shapes") or [])
+        out.append(f"{name}: status={m.get('status')} correct={m.get('correct')} peak_fraction={m.get('peak_fraction')}"
+                   + (f" ms[{shapes}]" if shapes else ""))
+        line = m.get("fail_line") or (m.get("detail") if m.get("status") != "graded" else None)
+        if line:
+            out.append(f"  {name} says: {line}")
+    for p in ev.get("probes") or []:
+        nums = ", ".join(f"{k}={v}" for k, v in list((p.get("numbers") or {}).items())[:6])
+        out.append(f"probe {p.get('probe')}: {p.get('status')}: {p.get('summary')}" + (f" ({nums})" if nums else ""))
+    for d in ev.get("disagreements") or []:
+        out.append(f"DISAGREEMENT: {d}")
+    return out
 
 
 def main() -> None:

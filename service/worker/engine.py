@@ -60,6 +60,7 @@ class Claim:
     attempt: int
     probes: list[str]
     worker_id: str
+    mode: str | None = None  # the regrade mode the job asks for (None: the deck's default)
 
 
 class JobLeases:
@@ -97,7 +98,7 @@ class JobLeases:
                     return None
                 # plain values first: the ORM update below synchronises `job` in the session
                 jid, run_pk, attempts, state = job.id, job.run_id, job.attempts, job.state
-                probes, previous = list(job.probes or []), job.worker_id
+                probes, previous, mode = list(job.probes or []), job.worker_id, job.mode
                 expired = state == "running"
                 if expired and job.attempts >= job.max_attempts:
                     done = _exec(session,
@@ -122,7 +123,7 @@ class JobLeases:
                 )
                 if res != 1:
                     continue
-                return Claim(jid, run_pk, attempts + 1, probes, worker_id)
+                return Claim(jid, run_pk, attempts + 1, probes, worker_id, mode)
         return None
 
     def _owned(self, claim: Claim) -> Any:
@@ -302,6 +303,7 @@ class JobProcessor:
                 sol_dir, problem, holder.root, device=self.device, probes=claim.probes or None, lock=lock,
                 timeout_s=self.settings.regrade_timeout_s, progress=live.update, gpu=self.gpu or 0,
                 run_dir=f"kaudit-job-{claim.job_id}:{run.run_id}",
+                **({"mode": claim.mode} if claim.mode else {}),
             )
             wall = time.monotonic() - t0
         return grade, {"unpacked": unpacked, "parsed": parsed, "decks": decks, "run_id": run.run_id, "wall_s": wall}
@@ -345,7 +347,8 @@ class JobProcessor:
                 shapes=[asdict(s) for s in grade.shapes],
                 provenance={**(prov.to_dict() if prov else {}), "failure_reason": grade.failure_reason,
                             "framework": grade.framework, "check_lines": grade.check_lines[-50:],
-                            "benchmark_lines": grade.benchmark_lines[-80:], "detail": grade.detail},
+                            "benchmark_lines": grade.benchmark_lines[-80:], "detail": grade.detail,
+                            **regrade_modes(grade)},
                 host=prov.host if prov else None, gpu_name=prov.gpu_name if prov else None,
                 gpu_index=prov.gpu_index if prov else None,
             ))
@@ -366,8 +369,16 @@ class JobProcessor:
                 "measurement_id": m.id, "verdict_id": row.id, "wall_s": round(ctx["wall_s"], 3),
                 "probes": [{"probe": p.probe, "status": p.status.value, "summary": p.summary} for p in grade.probes],
                 "sandbox": prov.sandbox if prov else None, "smoke": prov.smoke if prov else None,
+                "regrade": _json(grade.evidence()),
             })
         log.info("job %s done: verdict %s", claim.job_id, verdict.verdict.value)
+
+
+def regrade_modes(grade: GradeResult) -> dict[str, Any]:
+    """The mode facts stored with the measurement: which ran, which decided, each mode's own
+    outcome (bounded outputs and FAIL lines) and the disagreements (graders.official)."""
+    return _json({"mode": grade.mode, "decided_by": grade.decided_by or grade.mode, "official": grade.official,
+                  "hardened": grade.hardened, "disagreements": list(grade.disagreements)})
 
 
 def _exec(session: Session, stmt: Any) -> int:
