@@ -66,12 +66,12 @@ SCRIPTS = ("check.py", "benchmark.py")
 _CUDA_WORD = re.compile(r"\bcuda\b")
 _IMPORTS_SRC = re.compile(r"^\s*(from|import)\s+src\b", re.MULTILINE)
 # The deck scripts' own environment missing on the grading host (not the solution's fault).
-_ENV_MISSING = re.compile(r"No module named '(torch|yaml|triton|numpy|src)(\.[\w.]*)?'")
+_ENV_MISSING = re.compile(r"No module named '(torch|yaml|triton|numpy|hypothesis|sortedcontainers|src)(\.[\w.]*)?'")
 
 
 def classify_env(text: str) -> str | None:
-    """`harness_env_missing` when the deck's own imports (torch, PyYAML, triton, its harness
-    `src`) are missing where it runs; None otherwise."""
+    """`harness_env_missing` when the deck's own imports (torch, PyYAML, triton, hypothesis for the
+    harness's property stress, its harness `src`) are missing where it runs; None otherwise."""
     return "harness_env_missing" if _ENV_MISSING.search(text) else None
 
 
@@ -490,6 +490,13 @@ def supervise(params: dict[str, Any], progress: Callable[[dict[str, Any]], None]
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    # the host's extra site folders stay importable (e.g. a carried hypothesis); kaudit's own checkout
+    # and relative entries do not (the deck's scripts find their harness themselves, as in the benchmark)
+    kaudit_root = os.path.realpath(Path(__file__).resolve().parent.parent)
+    keep = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and os.path.isabs(p) and os.path.realpath(p) != kaudit_root]
+    if keep:
+        env["PYTHONPATH"] = os.pathsep.join(keep)
     env.update({str(k): str(v) for k, v in (params.get("env") or {}).items()})
     argv = [sys.executable, *[str(a) for a in params["argv"]]]
     timeout = float(params.get("timeout_s") or 1800.0)

@@ -234,8 +234,11 @@ def one(args: argparse.Namespace) -> int:
 def _ms(shapes: list[dict[str, Any]] | None, key: str = "ms") -> str:
     if not shapes:
         return "-"
-    return " ".join(f"{s.get('shape', s.get('shape_index'))}:{s.get(key):.4g}" if isinstance(s.get(key), (int, float))
-                    else f"{s.get('shape', s.get('shape_index'))}:-" for s in shapes)
+    def idx(s: dict[str, Any]) -> Any:
+        return s["shape_index"] if "shape_index" in s else s.get("shape")
+
+    return " ".join(f"{idx(s)}:{s.get(key):.4g}" if isinstance(s.get(key), (int, float)) else f"{idx(s)}:-"
+                    for s in shapes)
 
 
 def report(rec: dict[str, Any]) -> list[str]:
