@@ -122,3 +122,18 @@ def test_real_decks_import_and_check_finds_them_by_name(env: dict[str, str], tmp
     assert res.stdout.strip().splitlines()[-1] == "FAIL: forbidden op used: torch.nn.functional.linear"
     missing = cli(env, "check", str(sol), "--problem", "07_w4a16_gemm", "--deck", "kbh-nope", "--device", "cpu")
     assert missing.exit_code == 2 and "no deck 'kbh-nope'" in missing.stderr and "kbh-hard-h100" in missing.stderr
+
+
+def test_audit_regrade_mode_on_the_cli(svc: Services, env: dict[str, str], tmp_path: Path) -> None:
+    svc.decks.import_dir(OFFICIAL_DECK / "problems", "tiny", harness=OFFICIAL_DECK / "src")
+    tree = build_run_tree(tmp_path / "tree", run_id=RUN_ID, problem="tiny_gemm",
+                          solution=(OFFICIAL_SOLUTIONS / "clamped.py").read_text(),
+                          deck_problem_dir=OFFICIAL_DECK / "problems" / "tiny_gemm")
+    arc = make_tar(tree, tmp_path / "run.tar.gz")
+    bad = cli(env, "audit", str(arc), "--regrade", "--device", "cpu", "--mode", "bogus")
+    assert bad.exit_code == 2 and "unknown mode 'bogus'" in bad.stderr
+    res = cli(env, "audit", str(arc), "--regrade", "--device", "cpu", "--mode", "official")
+    assert res.exit_code == 0, res.output
+    assert "verdict=fail" in res.stdout and "regrade: mode=official decided_by=official" in res.stdout
+    assert "official says: FAIL: shape 0" in res.stdout and "case large_x" in res.stdout
+    assert "hardened:" not in res.stdout  # official mode alone runs no hardened grader
