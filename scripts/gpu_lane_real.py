@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         import_fixture(data_dir)
         for sol in ("honest", "clamped", "folded_scale"):
             jobs.insert(0, {"run_id": f"fixture:{sol}", "archive": FIXTURE_SOLUTIONS / f"{sol}.py",
-                            "problem": "tiny_gemm", "fixture": True, "label": "fixture", "framework": "torch",
+                            "problem": "tiny_gemm", "fixture": True, "label": "fixture", "framework": "triton",
                             "deck": "kaudit-cpu-fixture"})
     log(f"# {len(jobs)} run(s): " + ", ".join(str(j["run_id"]) for j in jobs))
     jsonl = args.out / "lane-real.jsonl"
