@@ -185,3 +185,25 @@ def test_a_disagreement_is_read_in_the_verdict(tmp_path: Path, deck: Any) -> Non
     assert v.context["regrade"]["disagreements"]
     assert any("the official check PASSED but the hardened check FAILED" in r for r in v.reasons)
     assert v.publish_grade is False
+
+
+@pytest.mark.parametrize("line, ok", [
+    ("peak_fraction: 0.1234", True), ("peak_fraction:.5", True), ("peak_fraction: 1e-3  ", True),
+    ("peak_fraction: 12.", True), ("peak_fraction: nan", False), ("peak_fraction: -0.1", False),
+    ("peak_fraction: 0.1 (geomean)", False), ("  peak_fraction: 0.1", False), ("peak_fraction: ", False),
+])
+def test_the_benchmarks_score_gate(line: str, ok: bool) -> None:
+    assert bool(official.SCORE_RE.match(line)) is ok
+    assert official.score_lines(f"shape=0 variant=solution ms=1.0\n{line}\nRESULT: OK\n") == ([line] if ok else [])
+
+
+def test_pass_lines_count_like_grep_axc_and_evidence_is_bounded() -> None:
+    assert official.pass_count("PASS\n") == 1
+    assert official.pass_count("PASS\nPASS\n") == 2
+    assert official.pass_count("PASS \n pass\nPASSED\nxPASS\n") == 0
+    text = "a" * 5000 + "MIDDLE" + "b" * 20000
+    kept, cut = official.bounded(text)
+    assert cut and "MIDDLE" not in kept and kept.startswith("a" * 4096) and kept.endswith("b" * 12288)
+    assert official.bounded("short") == ("short", False)
+    assert official.classify_env("ModuleNotFoundError: No module named 'hypothesis'") == "harness_env_missing"
+    assert official.classify_env("ModuleNotFoundError: No module named 'my_sidecar'") is None
