@@ -80,6 +80,13 @@ def test_a_cpu_job_in_both_modes_shows_its_fail_line_everywhere(client: TestClie
         assert job is not None and job.state == "succeeded", job.error if job else None
         m = session.scalars(select(Measurement).where(Measurement.job_id == job_id)).one()
         prov = dict(m.provenance)
+        # kaudit reaudit rebuilds the same record from the stored rows: both modes survive
+        from service.reaudit import grade_from_rows
+
+        rebuilt = grade_from_rows(m, [])
+        assert (rebuilt.mode, rebuilt.decided_by) == ("both", "official")
+        assert rebuilt.official["fail_line"] == prov["official"]["fail_line"]
+        assert rebuilt.evidence()["fail_line"] == prov["official"]["fail_line"]
     assert prov["mode"] == "both" and prov["decided_by"] == "official"
     fail = prov["official"]["fail_line"]
     assert fail.startswith("FAIL: shape 0") and "case large_x: tolerance exceeded" in fail
