@@ -405,8 +405,8 @@ def run_official(sb: Any, step_fn: StepFn, loc: decks.DeckLocation, problem: str
                     detail = f"check.py exceeded {timeout_s:.0f}s"
                 elif fail_line:
                     detail = fail_line
-                elif res.error == "memory":
-                    detail = f"check.py: {res.detail}"
+                elif res.error:  # memory cap, or the supervisor ended before it reported
+                    detail = f"check.py: {res.error}: {res.detail}"
                 else:
                     detail = (f"check.py exited {rec.exit_code} with {n} PASS line(s) (the gate: exit 0 and "
                               f"exactly one PASS)")
