@@ -213,8 +213,10 @@ def one(args: argparse.Namespace) -> int:
             sol_dir = stage_solution(archive, Path(tmp) / "solution")
         rec["deck"] = loc.name
         probes = None if args.probes == "all" else [] if args.probes == "none" else args.probes.split(",")
-        lock = LockConfig(path_template=os.environ["KAUDIT_GPU_LOCK_PATH"]) if os.environ.get(
-            "KAUDIT_GPU_LOCK_PATH") else None
+        # a lock or a foreign GPU process that does not clear within a minute is reported
+        # (lock_timeout, infra), not waited out until the per-run limit kills the run silently
+        lock = LockConfig(path_template=os.environ.get("KAUDIT_GPU_LOCK_PATH") or LockConfig().path_template,
+                          timeout_s=60.0)
         grade = regrade(sol_dir, problem, loc.root, device=args.device, probes=probes, lock=lock,
                         timeout_s=float(args.step_timeout), mode=args.mode, gpu=int(args.gpu),
                         sandbox_mode=args.sandbox,
