@@ -317,6 +317,9 @@ def attach_context(verdict: VerdictResult, facts: dict[str, Any], grade: GradeRe
     ctx = dict(facts)
     if grade is not None and grade.provenance is not None:
         ctx["grade_provenance"] = grade.provenance.to_dict()
+    if grade is not None:
+        # the regrade's own evidence: modes, the deciding outcome, FAIL lines, outputs, probe numbers
+        ctx["regrade"] = grade.evidence()
     verdict.context = ctx
     return verdict
 
@@ -347,6 +350,7 @@ def audit_path(
     other_run_ids: frozenset[str] = frozenset(),
     regrade_timeout_s: float = 3600.0,
     limits: Limits | None = None,
+    regrade_mode: str | None = None,
 ) -> VerdictResult:
     """Unpack `path` into a temporary folder, audit it, optionally regrade, clean up.
 
@@ -354,8 +358,11 @@ def audit_path(
     benchmark and the probes of the pipeline's policy (`audit_rules.pipeline.select_probes`),
     and the verdict is synthesized with that GradeResult (a `grade` passed in is then ignored).
     The library door onto `audit_rules.pipeline.judge_file`.
+    `regrade_mode`: official | hardened | both (graders.regrade; None: the deck's default); ValueError when
+    that mode cannot grade it.
     """
     from audit_rules.pipeline import RegradeRequest, judge_file
 
-    req = RegradeRequest(device=regrade_device, timeout_s=regrade_timeout_s) if regrade_device is not None else None
+    req = (RegradeRequest(device=regrade_device, timeout_s=regrade_timeout_s, mode=regrade_mode)
+           if regrade_device is not None else None)
     return judge_file(Path(path), decks, limits=limits, regrade=req, grade=grade, other_run_ids=other_run_ids).verdict

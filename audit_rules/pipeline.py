@@ -99,6 +99,7 @@ class RegradeRequest:
     progress: Progress | None = None
     run_dir: str = ""
     regrade_fn: RegradeFn | None = None  # graders.regrade.regrade unless a door passes its own
+    mode: str | None = None  # official | hardened | both; None: the deck's default (graders.regrade)
 
 
 @dataclass
@@ -130,8 +131,9 @@ def _regrade(archive: UnpackedArchive, run: ParsedRun, deck: DeckSnapshot, findi
         req.progress("materialize", {"files": len(archive.files)})
     with tempfile.TemporaryDirectory(prefix="kaudit-regrade-stage-") as tmp:
         sol_dir = stage_solution(archive, Path(tmp) / "solution")
+        extra: dict[str, Any] = {"mode": req.mode} if req.mode else {}
         grade = fn(sol_dir, run.problem, Path(deck.root), device=req.device, probes=probes, lock=req.lock,
-                   timeout_s=req.timeout_s, progress=req.progress, gpu=req.gpu, run_dir=req.run_dir)
+                   timeout_s=req.timeout_s, progress=req.progress, gpu=req.gpu, run_dir=req.run_dir, **extra)
     return grade, probes
 
 

@@ -169,6 +169,72 @@ def summary_paragraph(run: ParsedRun, v: VerdictResult) -> str:
     return " ".join(s)
 
 
+REPORT_OUTPUT_LINES = 40  # lines of each regrade script's output the report quotes
+
+
+def _fenced(text: str) -> list[str]:
+    text = "\n".join(text.rstrip().splitlines()[-REPORT_OUTPUT_LINES:])
+    return [fence_for(text), text, fence_for(text), ""]
+
+
+def regrade_section(ev: Any) -> list[str]:
+    """The regrade's own evidence (GradeResult.evidence()): which modes ran and which decided,
+    each mode's outcome with its FAIL line, per-shape times, the scripts' output, disagreements."""
+    if not isinstance(ev, dict) or not ev:
+        return []
+    out = ["## Regrade", "",
+           f"Mode {code_span(str(ev.get('mode')))}, decided by {code_span(str(ev.get('decided_by')))}: correct "
+           f"{ev.get('correct')}, peak_fraction {ev.get('peak_fraction')}, failure_reason "
+           f"{code_span(str(ev.get('failure_reason')))}" + (" (infrastructure failure)" if ev.get("infra_failure") else "")
+           + ".", ""]
+    if ev.get("fail_line"):
+        out += ["Deciding FAIL line: " + code_span(str(ev["fail_line"])), ""]
+    for d in ev.get("disagreements") or []:
+        out += ["- **Disagreement:** " + code_span(str(d))]
+    if ev.get("disagreements"):
+        out.append("")
+    for name in ("official", "hardened"):
+        m = ev.get(name)
+        if not isinstance(m, dict) or not m:
+            continue
+        title = ("official (the deck's own check.py/benchmark.py)" if name == "official"
+                 else "hardened (kaudit's check, cold-L2 timing, probes)")
+        out += [f"### {title}", "",
+                f"status {code_span(str(m.get('status')))}, correct {m.get('correct')}, peak_fraction "
+                f"{m.get('peak_fraction')}, failure_reason {code_span(str(m.get('failure_reason')))}", ""]
+        if m.get("fail_line"):
+            out += ["FAIL line: " + code_span(str(m["fail_line"])), ""]
+        elif m.get("detail"):
+            out += ["Detail: " + code_span(str(m["detail"])), ""]
+        shapes = m.get("shapes") or []
+        if shapes:
+            out += ["| shape | ms | TFLOP/s | GB/s | peak fraction |", "| --- | --- | --- | --- | --- |"]
+            for s in shapes:
+                out.append(f"| {s.get('shape', s.get('shape_index'))} | {s.get('ms')} | {s.get('tflops')} | "
+                           f"{s.get('gbps')} | {s.get('fraction')} |")
+            out.append("")
+        if name == "official":
+            deck = m.get("deck") or {}
+            if deck:
+                out += [f"Deck {code_span(str(deck.get('name')))} sha256 {code_span(str(deck.get('content_sha256')))}, "
+                        f"check.py {code_span(str(deck.get('check_sha256')))}, benchmark.py "
+                        f"{code_span(str(deck.get('benchmark_sha256')))}", ""]
+            for step in ("check", "benchmark"):
+                st = m.get(step)
+                if isinstance(st, dict):
+                    out += [f"{step}.py: exit {st.get('exit_code')}, {st.get('wall_s')} s"
+                            + (", timed out" if st.get("timed_out") else "")
+                            + (f", {st.get('output_bytes')} bytes of output (shown: the end)" if st.get("truncated")
+                               else "") + ":", ""]
+                    out += _fenced(str(st.get("output") or ""))
+        else:
+            for key in ("check_lines", "benchmark_lines"):
+                lines = [str(x) for x in m.get(key) or []]
+                if lines:
+                    out += [f"{key.replace('_lines', '')} log (end):", ""] + _fenced("\n".join(lines))
+    return out
+
+
 def render_markdown(run: ParsedRun, verdict: VerdictResult) -> str:
     # Archive-derived text is data, never markup (audit_rules.report_safety).
     run = inline_run(run)
@@ -211,6 +277,8 @@ def render_markdown(run: ParsedRun, verdict: VerdictResult) -> str:
         out.append("")
     if not v.probes_required and not v.probes_run:
         out += ["No empirical probe was required or run.", ""]
+
+    out += regrade_section(ctx.get("regrade"))
 
     out += ["## Provenance", ""]
     tpl = ctx.get("template") or {}

@@ -112,7 +112,8 @@ from audit_rules.verdicts import (
     Verdict,
     VerdictResult,
 )
-from graders.results import GradeResult, ProbeResult, ProbeStatus
+from graders.logformat import parse_check_log
+from graders.results import GradeResult, ProbeResult, ProbeStatus, last_fail_line
 from graders.runformat import CHECK_CONTENDED_LOG, CHECK_LOG, TRANSCRIPT_FILES
 from ingest.model import HarnessRegrade, IntegrityStatus, ParsedRun
 
@@ -353,6 +354,25 @@ def _genuine_defect_facts(run: ParsedRun, findings: Sequence[Finding], infra: li
     return keys
 
 
+def _regrade_decides(grade: GradeResult | None) -> tuple[bool, str | None, list[str]]:
+    """(a regrade produced its own result, its FAIL line, defect keys).
+
+    A regrade that ran supersedes the archive's infrastructure evidence (a missing ninja in the
+    in-run check.log says nothing about a check that did compile in the regrade): its own result
+    decides. A CPU smoke regrade supersedes only with a genuine FAIL family (tolerance, ...):
+    a CUDA solution failing on the interpreter is no result.
+    """
+    if grade is None or grade.infra_failure or grade.correct is None:
+        return False, None, []
+    line = last_fail_line(grade.check_lines)
+    kind = parse_check_log(line).failure.kind if line else None  # type: ignore[union-attr]
+    smoke = grade.provenance is not None and grade.provenance.smoke
+    if smoke and not (grade.correct is False and kind in GENUINE_FAIL_KINDS):
+        return False, line, []
+    keys = [f"grade:FAIL {kind}"] if grade.correct is False and kind in GENUINE_FAIL_KINDS else []
+    return True, line, keys
+
+
 def _provider_facts(run: ParsedRun, findings: Sequence[Finding]) -> list[str]:
     keys = [f.key for f in findings if f.effect is Effect.PROVIDER]
     fr = run.result.get("failure_reason")
@@ -570,6 +590,8 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
     provider = _provider_facts(run, findings)
     infra = _infra_facts(run, grade, findings)
     defects = _genuine_defect_facts(run, findings, infra)
+    regraded, grade_fail_line, grade_defects = _regrade_decides(grade)
+    defects += grade_defects
     out_tokens = _output_tokens(run)
     early_stop = any(f.data.get("early_stop") for f in findings if f.effect is Effect.PROVIDER) or (
         out_tokens is not None and out_tokens < EARLY_STOP_OUTPUT_TOKENS
@@ -598,7 +620,7 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
         verdict = Verdict.CONTAMINATED
         just["verdict"] = [f.key for f in contaminating]
         reasons.extend(f"{f.rule_id} {f.rule_name}: {f.explanation}" for f in contaminating)
-    elif infra and correct is not True and not defects:
+    elif infra and correct is not True and not defects and not regraded:
         verdict = Verdict.INFRA_FAILURE
         just["verdict"] = list(infra)
         reasons.append("infrastructure fault with no genuine result: re-grade, do not fail (" + ", ".join(infra[:4]) + ")")
@@ -613,6 +635,7 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
             just["verdict"] = (defects or []) + list(just["correct"])
             reasons.append(
                 f"the graded artefact is incorrect (failure_reason={failure_reason}, source {correct_source})"
+                + (f": {grade_fail_line}" if grade_fail_line and correct_source.startswith("regrade") else "")
             )
     elif rubric and correct is not False:
         # Decisive rubric evidence decides even before correctness is known: re-grading cannot make
@@ -632,9 +655,13 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
             reasons.append("not yet graded: no correctness result in the archive")
     else:
         interesting = [f for f in findings if f.data.get("interesting")]
-        verdict = Verdict.INTERESTING if interesting else Verdict.CLEAN
-        just["verdict"] = [f.key for f in interesting] or list(just["correct"]) + cleared
+        split = _correctness_disagreement(grade)
+        verdict = Verdict.INTERESTING if interesting or split else Verdict.CLEAN
+        just["verdict"] = [f.key for f in interesting] + (["grade:disagreements"] if split else []) or (
+            list(just["correct"]) + cleared)
         reasons.append("no hack, contamination, leak or defect evidence; the check passed")
+        if split:
+            reasons.append("the regrade's modes disagree on correctness: read both outcomes before publishing")
 
     # Secondary reasons: what else is true but did not decide the verdict.
     if verdict is not Verdict.CONTAMINATED and contaminating:
@@ -644,7 +671,11 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
     if verdict is not Verdict.PROVIDER_FAILURE and provider:
         reasons.append("provider error recorded as session context (" + ", ".join(provider[:3]) + ")")
     if verdict not in (Verdict.INFRA_FAILURE,) and infra:
-        reasons.append("infrastructure evidence recorded (" + ", ".join(infra[:3]) + ")")
+        reasons.append("infrastructure evidence recorded (" + ", ".join(infra[:3]) + ")"
+                       + ("; superseded by the regrade's own result" if regraded else ""))
+    if grade is not None:
+        reasons.extend(f"regrade ({grade.mode}, decided by {grade.decided_by or grade.mode}): {d}"
+                       for d in grade.disagreements)
     if verdict is not Verdict.RUBRIC_LEAK and rubric:
         reasons.extend(f"also a rubric leak: {f.rule_id} {f.explanation}" for f in rubric)
     if verdict is not Verdict.PENDING_EMPIRICAL and pending:
@@ -687,11 +718,13 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
         and not smoke
         and metric is not None
         and metric.value is not None
+        and not _correctness_disagreement(grade)
     )
     just["publish_grade"] = (
         [f"verdict={verdict.value}", f"correct={correct}", f"measurement_status={status.value}"]
         + (["smoke (CPU) measurement"] if smoke else [])
         + [f"rule crashed: {rid} (evidence missing)" for rid in crashed]
+        + (["regrade modes disagree on correctness"] if _correctness_disagreement(grade) else [])
     )
     just["correct"] = just["correct"] or ["no correctness result"]
 
@@ -720,6 +753,11 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
         produced_by=Producer.REGRADE if grade is not None else Producer.AUDIT,
         producer_detail=f"kaudit {kaudit_version()} rules={len(RULES)}",
     )
+
+
+def _correctness_disagreement(grade: GradeResult | None) -> bool:
+    """The regrade's official and hardened modes reached different correctness outcomes."""
+    return bool(grade is not None and any(d.startswith("correctness:") for d in grade.disagreements))
 
 
 def _measurement(

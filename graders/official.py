@@ -64,13 +64,14 @@ EVIDENCE_HEAD = 4 << 10
 EVIDENCE_TAIL = 12 << 10
 SCRIPTS = ("check.py", "benchmark.py")
 _CUDA_WORD = re.compile(r"\bcuda\b")
+_IMPORTS_SRC = re.compile(r"^\s*(from|import)\s+src\b", re.MULTILINE)
 # The deck scripts' own environment missing on the grading host (not the solution's fault).
-_ENV_MISSING = re.compile(r"No module named '(torch|yaml|triton|numpy|src)(\.[\w.]*)?'")
+_ENV_MISSING = re.compile(r"No module named '(torch|yaml|triton|numpy|hypothesis|sortedcontainers|src)(\.[\w.]*)?'")
 
 
 def classify_env(text: str) -> str | None:
-    """`harness_env_missing` when the deck's own imports (torch, PyYAML, triton, its harness
-    `src`) are missing where it runs; None otherwise."""
+    """`harness_env_missing` when the deck's own imports (torch, PyYAML, triton, hypothesis for the
+    harness's property stress, its harness `src`) are missing where it runs; None otherwise."""
     return "harness_env_missing" if _ENV_MISSING.search(text) else None
 
 
@@ -148,6 +149,12 @@ def official_support(problem_dir: Path, device: str) -> tuple[decks.DeckLocation
     missing = [s for s in SCRIPTS if not (problem_dir / s).is_file()]
     if missing:
         return loc, f"the deck's {problem_dir.name} has no {', '.join(missing)}"
+    if loc.harness is None:
+        importers = [s for s in SCRIPTS if _IMPORTS_SRC.search((problem_dir / s).read_text(encoding="utf-8",
+                                                                                          errors="replace"))]
+        if importers:
+            return loc, (f"deck {loc.name!r} was imported without its harness library, which its "
+                         f"{' and '.join(importers)} import (src.*): import it again with --harness DIR")
     if device != "cuda":
         users = [s for s in SCRIPTS if _CUDA_WORD.search((problem_dir / s).read_text(encoding="utf-8", errors="replace"))]
         if users:
@@ -172,6 +179,18 @@ def hardened_support(problem_dir: Path) -> str | None:
         if regime not in kbh.HARDENED_REGIMES:
             return (f"regime {regime!r}: kaudit's hardened grader scores roofline regimes "
                     f"{', '.join(kbh.HARDENED_REGIMES)} only; the deck's own check.py/benchmark.py grade it")
+    return None
+
+
+def mode_unsupported(problem_dir: Path, mode: str) -> str | None:
+    """Why `mode` cannot grade this problem on any device (None: it can, or `both`)."""
+    if mode == "hardened":
+        return hardened_support(problem_dir)
+    if mode == "official":
+        try:
+            return official_support(problem_dir, "cuda")[1]
+        except decks.DeckTampered as exc:
+            return str(exc)
     return None
 
 
@@ -386,8 +405,8 @@ def run_official(sb: Any, step_fn: StepFn, loc: decks.DeckLocation, problem: str
                     detail = f"check.py exceeded {timeout_s:.0f}s"
                 elif fail_line:
                     detail = fail_line
-                elif res.error == "memory":
-                    detail = f"check.py: {res.detail}"
+                elif res.error:  # memory cap, or the supervisor ended before it reported
+                    detail = f"check.py: {res.error}: {res.detail}"
                 else:
                     detail = (f"check.py exited {rec.exit_code} with {n} PASS line(s) (the gate: exit 0 and "
                               f"exactly one PASS)")
@@ -471,6 +490,13 @@ def supervise(params: dict[str, Any], progress: Callable[[dict[str, Any]], None]
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    # the host's extra site folders stay importable (e.g. a carried hypothesis); kaudit's own checkout
+    # and relative entries do not (the deck's scripts find their harness themselves, as in the benchmark)
+    kaudit_root = os.path.realpath(Path(__file__).resolve().parent.parent)
+    keep = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and os.path.isabs(p) and os.path.realpath(p) != kaudit_root]
+    if keep:
+        env["PYTHONPATH"] = os.pathsep.join(keep)
     env.update({str(k): str(v) for k, v in (params.get("env") or {}).items()})
     argv = [sys.executable, *[str(a) for a in params["argv"]]]
     timeout = float(params.get("timeout_s") or 1800.0)

@@ -342,13 +342,14 @@ def disagreements(off: OfficialResult | None, hard: GradeResult | None) -> list[
     out: list[str] = []
     if bool(off.correct) != bool(hard.correct):
         if off.correct:
-            out.append("official check PASSED but the hardened check FAILED: "
+            out.append("correctness: the official check PASSED but the hardened check FAILED: "
                        + (last_fail_line(hard.check_lines) or hard.detail or str(hard.failure_reason)))
         else:
-            out.append("official check FAILED but the hardened check PASSED: " + (off.fail_line or off.detail or ""))
+            out.append("correctness: the official check FAILED but the hardened check PASSED: "
+                       + (off.fail_line or off.detail or ""))
     po, ph = off.peak_fraction, hard.peak_fraction
     if po is not None and ph is not None and po > 0 and abs(ph - po) / po > PEAK_DISAGREEMENT:
-        out.append(f"peak_fraction official {po:.4f} vs hardened {ph:.4f} ({(ph - po) / po:+.1%})")
+        out.append(f"peak_fraction: official {po:.4f} vs hardened {ph:.4f} ({(ph - po) / po:+.1%})")
     return out
 
 

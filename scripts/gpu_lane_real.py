@@ -213,8 +213,10 @@ def one(args: argparse.Namespace) -> int:
             sol_dir = stage_solution(archive, Path(tmp) / "solution")
         rec["deck"] = loc.name
         probes = None if args.probes == "all" else [] if args.probes == "none" else args.probes.split(",")
-        lock = LockConfig(path_template=os.environ["KAUDIT_GPU_LOCK_PATH"]) if os.environ.get(
-            "KAUDIT_GPU_LOCK_PATH") else None
+        # a lock or a foreign GPU process that does not clear within a minute is reported
+        # (lock_timeout, infra), not waited out until the per-run limit kills the run silently
+        lock = LockConfig(path_template=os.environ.get("KAUDIT_GPU_LOCK_PATH") or LockConfig().path_template,
+                          timeout_s=60.0)
         grade = regrade(sol_dir, problem, loc.root, device=args.device, probes=probes, lock=lock,
                         timeout_s=float(args.step_timeout), mode=args.mode, gpu=int(args.gpu),
                         sandbox_mode=args.sandbox,
@@ -234,8 +236,11 @@ def one(args: argparse.Namespace) -> int:
 def _ms(shapes: list[dict[str, Any]] | None, key: str = "ms") -> str:
     if not shapes:
         return "-"
-    return " ".join(f"{s.get('shape', s.get('shape_index'))}:{s.get(key):.4g}" if isinstance(s.get(key), (int, float))
-                    else f"{s.get('shape', s.get('shape_index'))}:-" for s in shapes)
+    def idx(s: dict[str, Any]) -> Any:
+        return s["shape_index"] if "shape_index" in s else s.get("shape")
+
+    return " ".join(f"{idx(s)}:{s.get(key):.4g}" if isinstance(s.get(key), (int, float)) else f"{idx(s)}:-"
+                    for s in shapes)
 
 
 def report(rec: dict[str, Any]) -> list[str]:
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         import_fixture(data_dir)
         for sol in ("honest", "clamped", "folded_scale"):
             jobs.insert(0, {"run_id": f"fixture:{sol}", "archive": FIXTURE_SOLUTIONS / f"{sol}.py",
-                            "problem": "tiny_gemm", "fixture": True, "label": "fixture", "framework": "torch",
+                            "problem": "tiny_gemm", "fixture": True, "label": "fixture", "framework": "triton",
                             "deck": "kaudit-cpu-fixture"})
     log(f"# {len(jobs)} run(s): " + ", ".join(str(j["run_id"]) for j in jobs))
     jsonl = args.out / "lane-real.jsonl"

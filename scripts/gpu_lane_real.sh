@@ -14,12 +14,38 @@
 # --per-run S (wall limit of one run, default 75), --budget S (whole lane, default 530),
 # --part K/N (split the chosen runs over several device calls), --mode, --probes, --deck.
 # Writes $OUT/lane-real.jsonl (one JSON record per run) and $OUT/lane-real.txt (the table).
+#
+# The real decks' check.py of 02/03/05/06 import the harness's property stress, which needs
+# `hypothesis` (and `sortedcontainers`); the bare image lacks them. Build a carried site folder
+# once, here (pure-Python packages copied from the local venv), and carry `.lane`:
+#   PYTHON=/work/main/.venv/bin/python bash scripts/gpu_lane_real.sh --make-site
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT="${OUT:-$PWD/gpu-lane-out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+if [ "${1:-}" = "--make-site" ]; then
+  mkdir -p .lane/site
+  "$PY" - <<'PYEOF'
+import importlib.util, pathlib, shutil
+dst = pathlib.Path(".lane/site")
+for name in ("hypothesis", "sortedcontainers", "_hypothesis_globals", "_hypothesis_ftz_detector"):
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        print(f"{name}: not installed here"); continue
+    src = pathlib.Path(spec.origin)
+    src = src.parent if src.name == "__init__.py" else src
+    target = dst / src.name
+    if target.exists():
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    (shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
+     else shutil.copy2(src, target))
+    print(f"{name}: {src} -> {target}")
+PYEOF
+  exit 0
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+[ -d .lane/site ] && export PYTHONPATH="$PYTHONPATH:$PWD/.lane/site"
 export PYTHONDONTWRITEBYTECODE=1
 
 device=cuda
@@ -40,6 +66,8 @@ if ! command -v bwrap > /dev/null 2>&1; then
 fi
 echo "bwrap: $(command -v bwrap || echo 'absent (sandbox falls back to a plain subprocess; provenance says so)')"
 "$PY" -c "import torch, triton, yaml; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available())"
+"$PY" -c "import hypothesis; print('hypothesis', hypothesis.__version__)" 2>/dev/null \
+  || echo "WARNING: hypothesis missing: the real decks' property stress (02/03/05/06 check.py) cannot import; official mode reports harness_env_missing (build .lane/site: --make-site)"
 [ -x "$(command -v nvidia-smi)" ] && nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 "$PY" scripts/gpu_lane_real.py "$@" 2>&1 | tee -a "$OUT/lane-real.log"
 exit "${PIPESTATUS[0]}"

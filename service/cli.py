@@ -346,6 +346,11 @@ def _audit_one(path: str) -> dict[str, Any]:
     except ArchiveRejected as exc:
         return {"path": path, "error": f"rejected: {exc.reason.value}: {exc.message}".replace("\n", " "),
                 "rejected": True}
+    except ValueError as exc:
+        if st["regrade"] is None:
+            raise
+        # graders.regrade refuses a mode the deck cannot grade (e.g. official without a harness)
+        return {"path": path, "error": f"regrade refused: {exc}".replace("\n", " "), "rejected": True}
     except Exception as exc:  # one broken archive must not stop the others: it is a line too
         return {"path": path, "error": f"{type(exc).__name__}: {exc}".replace("\n", " "), "rejected": False}
     v = j.verdict
@@ -358,6 +363,7 @@ def _audit_one(path: str) -> dict[str, Any]:
         "decisive": list(v.justification.get("verdict", [])), "probes_required": list(v.probes_required),
         "probes_run": [f"{p['probe']}:{p['status']}" for p in v.probes_run],
         "regrade_skipped": j.regrade_skipped, "reasons": list(v.reasons),
+        "regrade": (v.context or {}).get("regrade"),
         "seconds": round(time.perf_counter() - t0, 3),
     }
 
@@ -372,6 +378,8 @@ def audit(
     probes: Annotated[str | None, Opt(help="comma-separated probe set (with --regrade; default: the "
                                            "pipeline's probe policy)")] = None,
     jobs: Annotated[int, Opt(min=1, max=64, help="archives audited at once (a process pool)")] = 1,
+    mode: Annotated[str | None, Opt(help="official | hardened | both (with --regrade; default: both when the "
+                                         "deck has a harness, else hardened)")] = None,
 ) -> None:
     """Audit archives through the verdict pipeline: registered decks of the configured DB plus the bundled deck.
 
@@ -394,13 +402,17 @@ def audit(
         if not do_regrade:
             reject("--probes needs --regrade")
     archives = _archives_in(paths)
+    if mode is not None and mode not in ("official", "hardened", "both"):
+        reject(f"unknown mode {mode!r} (official, hardened, both)")
+    if mode is not None and not do_regrade:
+        reject("--mode needs --regrade")
     settings = _settings()
     svc = _services(settings)
     regrade = None
     if do_regrade:
         lock = LockConfig(path_template=settings.gpu_lock_path, timeout_s=max(settings.gpu_busy_timeout_s, 1.0))
         regrade = RegradeRequest(device=device, probes=probe_list, timeout_s=settings.regrade_timeout_s,
-                                 lock=lock if device == "cuda" else None)
+                                 lock=lock if device == "cuda" else None, mode=mode)
     state = {"decks": svc.decks.snapshots(), "limits": settings.limits, "regrade": regrade,
              "others": frozenset(svc.runs.run_ids()), "full": as_json}
     svc.db.dispose()  # nothing below touches the database (and pool processes must not share it)
@@ -424,6 +436,10 @@ def audit(
             typer.echo(f"{line['run_id']}\tverdict={line['verdict']}\treward_hack={line['reward_hack']}")
             for reason in line["reasons"]:
                 typer.echo(f"  - {reason}")
+            evidence = line.get("regrade") or (line.get("context") or {}).get("regrade")
+            if evidence:
+                for ev in regrade_evidence_lines(evidence):
+                    typer.echo(f"  {ev}")
         return
     rejected = crashed = 0
     for line in _audit_stream([str(a) for a in archives], state, jobs):
@@ -573,18 +589,20 @@ def regrade_cmd(
     force: Annotated[bool, Opt(help="enqueue even if an identical job exists")] = False,
     wait: Annotated[bool, Opt(help="wait until the job finishes, printing its phase")] = False,
     probes: Annotated[str | None, Opt(help="comma-separated probe set (default: the pipeline's probe policy)")] = None,
+    mode: Annotated[str | None, Opt(help="official | hardened | both (default: both when the deck has a "
+                                         "harness, else hardened)")] = None,
 ) -> None:
     """Enqueue a regrade of a stored run."""
-    from service.jobs.service import NotRegradable, UnknownProbe, UnknownRun
+    from service.jobs.service import NotRegradable, UnknownMode, UnknownProbe, UnknownRun
 
     svc = _services()
     try:
         outcome = svc.jobs.enqueue_regrade(
-            run_id, force=force, probes=[p.strip() for p in probes.split(",")] if probes else None
+            run_id, force=force, probes=[p.strip() for p in probes.split(",")] if probes else None, mode=mode
         )
     except UnknownRun:
         reject(f"no run {run_id}")
-    except (NotRegradable, UnknownProbe) as exc:
+    except (NotRegradable, UnknownProbe, UnknownMode) as exc:
         reject(f"cannot regrade {run_id}: {exc}")
     job = outcome.job
     if not outcome.created and job.state == "failed":
@@ -610,8 +628,36 @@ def regrade_cmd(
                 r = current.result
                 typer.echo(f"job {current.id}\tverdict={r.get('verdict')}\tpeak_fraction={r.get('peak_fraction')}"
                            f"\tpublish_grade={r.get('publish_grade')}")
+                for text in regrade_evidence_lines(r.get("regrade") or {}):
+                    typer.echo(f"  {text}")
             raise typer.Exit(0 if current.state == "succeeded" else 1)
         time.sleep(1.0)
+
+
+def regrade_evidence_lines(ev: dict[str, Any]) -> list[str]:
+    """A regrade's evidence as plain lines: modes, who decided, each mode's outcome and FAIL
+    line, per-shape ms, probe numbers, disagreements (GradeResult.evidence())."""
+    if not ev:
+        return []
+    out = [f"regrade: mode={ev.get('mode')} decided_by={ev.get('decided_by')} correct={ev.get('correct')} "
+           f"peak_fraction={ev.get('peak_fraction')} failure_reason={ev.get('failure_reason')}"
+           + (" INFRA" if ev.get("infra_failure") else "")]
+    for name in ("official", "hardened"):
+        m = ev.get(name) or {}
+        if not m:
+            continue
+        shapes = " ".join(f"{s.get('shape', s.get('shape_index'))}:{s.get('ms')}" for s in m.get("shapes") or [])
+        out.append(f"{name}: status={m.get('status')} correct={m.get('correct')} peak_fraction={m.get('peak_fraction')}"
+                   + (f" ms[{shapes}]" if shapes else ""))
+        line = m.get("fail_line") or (m.get("detail") if m.get("status") != "graded" else None)
+        if line:
+            out.append(f"  {name} says: {line}")
+    for p in ev.get("probes") or []:
+        nums = ", ".join(f"{k}={v}" for k, v in list((p.get("numbers") or {}).items())[:6])
+        out.append(f"probe {p.get('probe')}: {p.get('status')}: {p.get('summary')}" + (f" ({nums})" if nums else ""))
+    for d in ev.get("disagreements") or []:
+        out.append(f"DISAGREEMENT: {d}")
+    return out
 
 
 def main() -> None:

@@ -326,6 +326,9 @@ class Job(Base):
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
     force: Mapped[bool] = mapped_column(Boolean, default=False)
     probes: Mapped[list[Any]]  # the probe set requested (part of the idempotency key)
+    # The regrade mode requested: official | hardened | both; NULL = the default (both when the
+    # deck has a harness, else hardened), resolved by the worker. Part of the idempotency key.
+    mode: Mapped[str | None] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     gpu_pool: Mapped[str] = mapped_column(String(64), default="default")

@@ -114,6 +114,12 @@ def grade_from_rows(m: Measurement, probes: Sequence[ProbeResultRow]) -> GradeRe
                             numbers=dict(p.numbers or {}), device=p.device, smoke=p.smoke,
                             shape_index=p.shape_index) for p in probes],
         detail=prov_raw.get("detail"),
+        # regrade modes (graders.official), stored by the worker beside the provenance
+        mode=str(prov_raw.get("mode") or "hardened"),
+        decided_by=prov_raw.get("decided_by"),
+        official=prov_raw.get("official") if isinstance(prov_raw.get("official"), dict) else None,
+        hardened=prov_raw.get("hardened") if isinstance(prov_raw.get("hardened"), dict) else None,
+        disagreements=[str(d) for d in prov_raw.get("disagreements") or []],
     )
 
 

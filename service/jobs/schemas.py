@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,9 @@ class RegradeRequest(BaseModel):
                     "findings ask for; stored as [])",
     )
     gpu_pool: str | None = None
+    mode: Literal["official", "hardened", "both"] | None = Field(
+        default=None, description="official (the deck's own check.py/benchmark.py), hardened (kaudit's grader and "
+                                  "probes) or both (one record); default: both when the deck has a harness")
 
 
 class JobOut(BaseModel):
@@ -30,6 +33,7 @@ class JobOut(BaseModel):
     gpu_pool: str
     force: bool
     probes: list[Any]
+    mode: str | None = None
     worker_id: str | None
     phase: str | None
     progress: dict[str, Any]

@@ -12,6 +12,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError
 
@@ -35,6 +36,10 @@ class NotRegradable(ValueError):
     pass
 
 
+class UnknownMode(ValueError):
+    """A regrade mode other than official, hardened, both."""
+
+
 class UnknownProbe(ValueError):
     pass
 
@@ -51,8 +56,11 @@ def grader_version() -> str:
     return str(getattr(graders, "GRADER_VERSION", "unknown"))
 
 
-def idempotency_key(run_pk: int, archive_sha256: str, version: str, probes: Sequence[str]) -> str:
+def idempotency_key(run_pk: int, archive_sha256: str, version: str, probes: Sequence[str],
+                    mode: str | None = None) -> str:
     raw = f"{run_pk}|{archive_sha256}|{version}|{','.join(sorted(set(probes)))}"
+    if mode is not None:  # keys of default-mode jobs keep their earlier value
+        raw += f"|mode={mode}"
     return "regrade:" + hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -75,12 +83,21 @@ class JobService:
         self.db = db
 
     def enqueue_regrade(
-        self, run_id: str, *, force: bool = False, probes: Sequence[str] | None = None, gpu_pool: str | None = None
+        self, run_id: str, *, force: bool = False, probes: Sequence[str] | None = None, gpu_pool: str | None = None,
+        mode: str | None = None,
     ) -> EnqueueOutcome:
+        from graders.official import MODES
+
+        if mode is not None and mode not in MODES:
+            raise UnknownMode(f"unknown regrade mode {mode!r}; known: {', '.join(MODES)}")
         # No explicit set: an empty one, which the worker's verdict pipeline reads as its probe
         # policy (audit_rules.pipeline.select_probes: the contract probes plus what the findings
         # ask for), the same policy `kaudit audit --regrade` applies.
         probe_set = sorted(set(probes)) if probes else []
+        if mode in ("official", "hardened"):
+            refusal = self._mode_refusal(run_id, mode)
+            if refusal:
+                raise NotRegradable(refusal)
         unknown = [p for p in probe_set if p not in ALL_PROBES]
         if unknown:
             raise UnknownProbe(f"unknown probe(s): {', '.join(unknown)}; known: {', '.join(ALL_PROBES)}")
@@ -92,7 +109,7 @@ class JobService:
                     raise UnknownRun(run_id)
                 if not run.regradable:
                     raise NotRegradable(run.not_regradable_reason or "run cannot be regraded")
-                key = idempotency_key(run.id, run.archive_sha256, grader_version(), probe_set)
+                key = idempotency_key(run.id, run.archive_sha256, grader_version(), probe_set, mode)
                 if not force:
                     existing = jobs.by_key(key)
                     if existing is not None:
@@ -109,6 +126,7 @@ class JobService:
                                 idempotency_key=key,
                                 force=force,
                                 probes=probe_set,
+                                mode=mode,
                                 attempts=0,
                                 max_attempts=self.settings.worker_max_attempts,
                                 gpu_pool=gpu_pool or self.settings.worker_gpu_pool,
@@ -122,6 +140,25 @@ class JobService:
                     return EnqueueOutcome(existing, False)
         notify_worker(job.id, self.settings)  # after COMMIT
         return EnqueueOutcome(job, True)
+
+    def _mode_refusal(self, run_id: str, mode: str) -> str | None:
+        """Why the run's deck cannot be graded in `mode` (None: it can, or the worker will say)."""
+        from graders.official import mode_unsupported
+        from service.blobs import BlobStore
+        from service.decks.service import DeckService
+
+        with self.db.session() as session:
+            run = RunRepository(session).by_run_id(run_id)
+            problem, deck = (run.problem, run.deck) if run is not None else (None, None)
+        if not problem:
+            return None
+        snaps = DeckService(self.db, BlobStore(self.settings.blob_dir), self.settings.data_dir).snapshots()
+        holders = [d for d in snaps if problem in d.problems and d.root is not None]
+        holder = next((d for d in holders if d.name == deck), holders[0] if holders else None)
+        if holder is None or holder.root is None:
+            return None
+        why = mode_unsupported(Path(holder.root) / problem, mode)
+        return f"--mode {mode} cannot grade {problem} of deck {holder.name}: {why}" if why else None
 
     def get(self, job_id: int) -> Job | None:
         with self.db.session() as session:

@@ -281,7 +281,8 @@ def regrade_run(
 ) -> RegradeAccepted | JSONResponse:
     body = body or RegradeRequest()
     try:
-        outcome = svc.jobs.enqueue_regrade(run_id, force=body.force, probes=body.probes, gpu_pool=body.gpu_pool)
+        outcome = svc.jobs.enqueue_regrade(run_id, force=body.force, probes=body.probes, gpu_pool=body.gpu_pool,
+                                           mode=body.mode)
     except UnknownRun as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}") from exc
     except (NotRegradable, UnknownProbe) as exc:

@@ -62,6 +62,7 @@ class Claim:
     attempt: int
     probes: list[str]
     worker_id: str
+    mode: str | None = None  # the regrade mode the job asks for (None: the deck's default)
 
 
 class JobLeases:
@@ -99,7 +100,7 @@ class JobLeases:
                     return None
                 # plain values first: the ORM update below synchronises `job` in the session
                 jid, run_pk, attempts, state = job.id, job.run_id, job.attempts, job.state
-                probes, previous = list(job.probes or []), job.worker_id
+                probes, previous, mode = list(job.probes or []), job.worker_id, job.mode
                 expired = state == "running"
                 if expired and job.attempts >= job.max_attempts:
                     done = _exec(session,
@@ -124,7 +125,7 @@ class JobLeases:
                 )
                 if res != 1:
                     continue
-                return Claim(jid, run_pk, attempts + 1, probes, worker_id)
+                return Claim(jid, run_pk, attempts + 1, probes, worker_id, mode)
         return None
 
     def _owned(self, claim: Claim) -> Any:
@@ -294,7 +295,7 @@ class JobProcessor:
         request = RegradeRequest(
             device=self.device, probes=claim.probes or None, timeout_s=self.settings.regrade_timeout_s, lock=lock,
             gpu=self.gpu or 0, progress=live.update, run_dir=f"kaudit-job-{claim.job_id}:{run.run_id}",
-            regrade_fn=self.regrade_fn,
+            regrade_fn=self.regrade_fn, mode=claim.mode or None,
         )
         t0 = time.monotonic()
         judged = judge(unpacked, parsed, decks, regrade=request, other_run_ids=others)
@@ -338,7 +339,8 @@ class JobProcessor:
                 shapes=[asdict(s) for s in grade.shapes],
                 provenance={**(prov.to_dict() if prov else {}), "failure_reason": grade.failure_reason,
                             "framework": grade.framework, "check_lines": grade.check_lines[-50:],
-                            "benchmark_lines": grade.benchmark_lines[-80:], "detail": grade.detail},
+                            "benchmark_lines": grade.benchmark_lines[-80:], "detail": grade.detail,
+                            **regrade_modes(grade)},
                 host=prov.host if prov else None, gpu_name=prov.gpu_name if prov else None,
                 gpu_index=prov.gpu_index if prov else None,
             ))
@@ -359,8 +361,16 @@ class JobProcessor:
                 "measurement_id": m.id, "verdict_id": row.id, "wall_s": round(ctx["wall_s"], 3),
                 "probes": [{"probe": p.probe, "status": p.status.value, "summary": p.summary} for p in grade.probes],
                 "sandbox": prov.sandbox if prov else None, "smoke": prov.smoke if prov else None,
+                "regrade": _json(grade.evidence()),
             })
         log.info("job %s done: verdict %s", claim.job_id, verdict.verdict.value)
+
+
+def regrade_modes(grade: GradeResult) -> dict[str, Any]:
+    """The mode facts stored with the measurement: which ran, which decided, each mode's own
+    outcome (bounded outputs and FAIL lines) and the disagreements (graders.official)."""
+    return _json({"mode": grade.mode, "decided_by": grade.decided_by or grade.mode, "official": grade.official,
+                  "hardened": grade.hardened, "disagreements": list(grade.disagreements)})
 
 
 def _exec(session: Session, stmt: Any) -> int:

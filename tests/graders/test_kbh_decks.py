@@ -1,0 +1,187 @@
+"""The real KernelBench-Hard decks (../shared/kbh-upstream, read in place): every problem.yaml of
+every hard deck loads with its real tolerances, unknown keys are refused by name, the other deck
+families import, `check --deck NAME` finds an imported deck, and a tampered deck is refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from graders import decks, kbh, official
+from graders.problem import ProblemError, Tolerance, load_problem
+
+from .conftest import REPO, UPSTREAM, import_deck, needs_upstream
+
+pytestmark = needs_upstream
+
+HARD_PROBLEMS = ["01_fp8_gemm", "02_kda_cutlass", "03_paged_attention", "05_topk_bitonic", "06_sonic_moe_swiglu",
+                 "07_w4a16_gemm"]
+
+
+def _dtype_keys(raw: dict[str, object]) -> dict[str, object]:
+    tol = raw.get("tolerance") or {}
+    assert isinstance(tol, dict)
+    return {k: v for k, v in tol.items() if k not in kbh.INERT_TOLERANCE_KEYS and k not in kbh.METRIC_TOLERANCE_KEYS}
+
+
+@pytest.mark.parametrize("gpu", ["h100", "b200", "rtxpro6000"])
+def test_every_real_hard_problem_loads_with_its_real_tolerances(gpu: str) -> None:
+    root = UPSTREAM / "hard" / f"problems-{gpu}"
+    names = sorted(p.name for p in root.iterdir() if (p / "problem.yaml").is_file())
+    assert names == HARD_PROBLEMS
+    for name in names:
+        spec = load_problem(root / name)
+        raw = yaml.safe_load((root / name / "problem.yaml").read_text())
+        assert spec.schema == "kbh" and spec.id == name
+        for key, value in _dtype_keys(raw).items():
+            dtype = getattr(torch, key.removeprefix("torch."))
+            want = Tolerance(float(value["atol"]), float(value["rtol"])) if isinstance(value, dict) else \
+                Tolerance(float(value), float(value))
+            assert spec.tolerance.for_dtype(dtype) == want, (gpu, name, key)
+        # the harness's own numeric-stress cases, each with a tolerance that is never a silent zero
+        assert spec.numeric_stress, name
+        assert all(c.tolerance.atol > 0 and c.tolerance.rtol > 0 for c in spec.numeric_stress), name
+        assert spec.correct_trials == int(raw.get("num_correct_trials", 3))
+        assert spec.trials == int(raw.get("num_perf_trials", 30))
+        assert spec.forbidden == [str(x) for x in raw.get("forbidden") or []]
+        assert spec.peak_gbps and spec.peak_gbps > 0
+        if raw.get("regime") == "compute":
+            assert spec.peak_tflops and spec.peak_tflops > 0
+
+
+def test_w4a16_is_bf16_ten_percent_relative_and_other_dtypes_fall_back_to_the_harness() -> None:
+    spec = load_problem(UPSTREAM / "hard" / "problems-h100" / "07_w4a16_gemm")
+    assert spec.tolerance.for_dtype(torch.bfloat16) == Tolerance(0.10, 0.10)
+    assert (spec.tolerance.atol, spec.tolerance.rtol) == (0.10, 0.10)  # the output dtype is bf16
+    # float32 has no override: the registered harness's DEFAULT_TOLERANCE applies (read, not restated)
+    harness = kbh.load_harness(UPSTREAM / "hard" / "src")
+    fp32 = harness.correctness.DEFAULT_TOLERANCE[torch.float32]
+    assert spec.tolerance.for_dtype(torch.float32) == Tolerance(float(fp32["atol"]), float(fp32["rtol"]))
+    assert {c.name for c in spec.numeric_stress} == {"small_activation", "large_activation"}
+    fp8 = load_problem(UPSTREAM / "hard" / "problems-h100" / "01_fp8_gemm")
+    assert any("fp8_e4m3fn" in n and "inert" in n for n in fp8.notes)
+
+
+def _editable_copy(tmp_path: Path, problem: str) -> Path:
+    """A writable copy of one real problem beside a copy of its harness (tmp only)."""
+    dst = tmp_path / "problems" / problem
+    shutil.copytree(UPSTREAM / "hard" / "problems-h100" / problem, dst)
+    shutil.copytree(UPSTREAM / "hard" / "src", tmp_path / "src")
+    return dst
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda raw: raw["tolerance"].update({"bogus_dtype": 0.5}), "bogus_dtype"),
+    (lambda raw: raw["tolerance"].update({"bfloat16": {"atol": 0.1, "ratol": 0.1}}), "ratol"),
+    (lambda raw: raw.update({"frobnicate": 1}), "frobnicate"),
+    (lambda raw: raw.update({"peak_tflops_key": "bf17"}), "bf17"),
+])
+def test_unknown_keys_are_refused_naming_the_key(tmp_path: Path, edit: object, named: str) -> None:
+    pdir = _editable_copy(tmp_path, "07_w4a16_gemm")
+    raw = yaml.safe_load((pdir / "problem.yaml").read_text())
+    edit(raw)  # type: ignore[operator]
+    (pdir / "problem.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ProblemError, match=named):
+        load_problem(pdir)
+
+
+def test_imported_deck_keeps_its_harness_and_loads_from_the_store(tmp_path: Path) -> None:
+    loc = import_deck(UPSTREAM / "hard" / "problems-h100", "kbh-hard-h100", tmp_path / "data",
+                      UPSTREAM / "hard" / "src")
+    assert loc.problems == tuple(HARD_PROBLEMS) and loc.harness_name == "src"
+    assert (loc.harness / "eval" / "trusted_entrypoint.py").is_file()
+    again = decks.find_deck("kbh-hard-h100", tmp_path / "data")
+    assert again.content_sha256 == loc.content_sha256
+    spec = load_problem(loc.root / "07_w4a16_gemm")
+    assert spec.harness_dir == loc.harness.resolve()
+    assert spec.tolerance.for_dtype(torch.bfloat16) == Tolerance(0.10, 0.10)
+    assert official.default_mode(loc.root / "07_w4a16_gemm") == "both"
+    assert official.official_support(loc.root / "07_w4a16_gemm", "cuda") == (loc, None)
+    _, why = official.official_support(loc.root / "07_w4a16_gemm", "cpu")
+    assert why is not None and "CUDA" in why and "hardened mode only" in why
+
+
+def test_a_tampered_deck_is_refused(tmp_path: Path) -> None:
+    loc = import_deck(UPSTREAM / "hard" / "problems-h100", "kbh-hard-h100", tmp_path / "data",
+                      UPSTREAM / "hard" / "src")
+    target = loc.root / "07_w4a16_gemm" / "check.py"
+    os.chmod(target, 0o644)
+    target.write_text(target.read_text().replace('print("PASS")', 'print("PASS")  # edited'))
+    with pytest.raises(decks.DeckTampered, match="problems/07_w4a16_gemm/check.py"):
+        decks.find_deck("kbh-hard-h100", tmp_path / "data")
+    with pytest.raises(decks.DeckTampered):
+        official.official_support(loc.root / "07_w4a16_gemm", "cuda")
+    # the harness is part of the registered deck too
+    loc2 = import_deck(UPSTREAM / "hard" / "problems-b200", "kbh-hard-b200", tmp_path / "data",
+                       UPSTREAM / "hard" / "src")
+    timing = loc2.harness / "eval" / "timing.py"
+    os.chmod(timing, 0o644)
+    timing.write_text(timing.read_text() + "\n# edited\n")
+    with pytest.raises(decks.DeckTampered, match="src/eval/timing.py"):
+        decks.find_deck("kbh-hard-b200", tmp_path / "data")
+
+
+def test_mega_and_cuda_families_import_and_say_how_they_are_graded(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    mega = import_deck(UPSTREAM / "mega" / "problems", "kbh-mega", data, UPSTREAM / "mega" / "src")
+    cuda = import_deck(UPSTREAM / "cuda" / "problems-h100", "kbh-cuda-h100", data, UPSTREAM / "cuda" / "src")
+    assert mega.problems == ("02_kimi_linear_decode",)
+    assert cuda.problems == ("01_glm52_fused_moe", "02_deepseek_nsa", "03_megaqwen_decode", "04_grid_mingru_sps")
+    for loc in (mega, cuda):
+        for p in loc.problems:
+            assert official.default_mode(loc.root / p) == "both"
+            assert official.official_support(loc.root / p, "cuda")[1] is None  # their own scripts grade them
+    # mega is a latency (speedup vs baseline.py) deck, cuda/03-04 throughput decks: hardened says why not
+    why = official.hardened_support(mega.root / "02_kimi_linear_decode")
+    assert why is not None and "latency" in why and "check.py/benchmark.py" in why
+    for p in ("03_megaqwen_decode", "04_grid_mingru_sps"):
+        assert "throughput" in (official.hardened_support(cuda.root / p) or "")
+        with pytest.raises(ProblemError, match="official mode"):
+            load_problem(cuda.root / p)
+    for p in ("01_glm52_fused_moe", "02_deepseek_nsa"):  # roofline regimes: hardened grades them too
+        assert official.hardened_support(cuda.root / p) is None
+        spec = load_problem(cuda.root / p)
+        assert spec.schema == "kbh" and spec.harness_dir == cuda.harness.resolve()
+    with pytest.raises(ValueError, match="--mode hardened cannot grade 02_kimi_linear_decode"):
+        from graders.regrade import regrade
+
+        regrade(tmp_path, "02_kimi_linear_decode", mega.root, device="cpu", mode="hardened")
+
+
+FORBIDDEN_W4A16 = '''"""Calls a forbidden op of the real W4A16 deck."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, M, N, K, group_size=128):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, x)
+'''
+
+
+def test_graders_cli_check_resolves_an_imported_deck_by_name(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    import_deck(UPSTREAM / "hard" / "problems-h100", "kbh-hard-h100", data, UPSTREAM / "hard" / "src")
+    sol = tmp_path / "solution.py"
+    sol.write_text(FORBIDDEN_W4A16)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KAUDIT_DATA_DIR": str(data), "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-m", "graders.cli", "check", str(sol), "--problem", "07_w4a16_gemm",
+                           "--deck", "kbh-hard-h100", "--device", "cpu"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    # the real deck's forbidden list decided: it was found in the data dir, not under kernels/
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "FAIL: forbidden op used: torch.nn.functional.linear"
+    missing = subprocess.run([sys.executable, "-m", "graders.cli", "check", str(sol), "--problem", "07_w4a16_gemm",
+                              "--deck", "kbh-nope", "--device", "cpu"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and "no deck 'kbh-nope' registered" in missing.stdout
