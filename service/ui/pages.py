@@ -235,6 +235,8 @@ def mount(app: FastAPI) -> None:
     import fastapi_offline
 
     app.include_router(router)
+    for name in env.list_templates():  # compile every template once at start, not on a first request
+        env.get_template(name)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
     docs_assets = Path(fastapi_offline.__file__).resolve().parent / "static"
     app.mount("/ui/docs-assets", StaticFiles(directory=str(docs_assets)), name="docs-assets")

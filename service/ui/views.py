@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,17 +173,24 @@ def leaderboard(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
 
 
 @dataclass
-class SourceLine:
-    no: int
+class Segment:
+    """A run of source text: unflagged lines joined (one text node), or one flagged line (`line` set)."""
+
     text: str
-    flagged: bool
+    line: int | None = None
 
 
 @dataclass
 class SourceView:
+    """One rendered file: a line-number gutter (one text node) beside the text, in which only the
+    flagged lines are elements (anchored, highlighted). A 1,600-line file is a handful of DOM nodes."""
+
     index: int
     path: str
-    lines: list[SourceLine]
+    n_lines: int
+    gutter: str
+    segments: list[Segment]
+    flagged: set[int]
     truncated: bool
     size: int
 
@@ -243,10 +250,24 @@ def build_sources(
             if f.file == path and f.line_start is not None:
                 end = f.line_end if f.line_end is not None and f.line_end >= f.line_start else f.line_start
                 flagged.update(range(f.line_start, min(end, f.line_start + 200) + 1))
-        text = _read_text(blobs.path(a.blob_key))
-        raw = text.splitlines()
-        lines = [SourceLine(n, _clip(t, MAX_LINE_CHARS), n in flagged) for n, t in enumerate(raw[:MAX_SOURCE_LINES], 1)]
-        out.append(SourceView(i, path, lines, len(raw) > MAX_SOURCE_LINES, a.size))
+        raw = _read_text(blobs.path(a.blob_key)).splitlines()
+        shown = raw[:MAX_SOURCE_LINES]
+        segments: list[Segment] = []
+        plain: list[str] = []
+        for n, t in enumerate(shown, 1):
+            line = _clip(t, MAX_LINE_CHARS)
+            if n in flagged:
+                if plain:
+                    segments.append(Segment("".join(plain)))
+                    plain = []
+                segments.append(Segment(line, n))  # the template writes its newline after the element
+            else:
+                plain.append(line + "\n")
+        if plain:
+            segments.append(Segment("".join(plain)))
+        gutter = "\n".join(str(n) for n in range(1, len(shown) + 1))
+        out.append(SourceView(i, path, len(shown), gutter, segments, flagged & set(range(1, len(shown) + 1)),
+                              len(raw) > MAX_SOURCE_LINES, a.size))
     return out
 
 
@@ -261,19 +282,49 @@ def transcript_excerpts(path: Path, ranges: Sequence[tuple[int, int]]) -> list[l
     if not spans:
         return out
     first, last = min(lo for lo, _ in spans), max(hi for _, hi in spans)
-    with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            if n > last:
-                break
-            if n < first:
-                continue
-            text: str | None = None
-            for i, (lo, hi) in enumerate(spans):
-                if lo <= n <= hi:
-                    if text is None:
-                        text = _clip(raw.decode("utf-8", errors="replace").rstrip("\r\n"), MAX_EXCERPT_CHARS)
-                    out[i].append((n, text))
+    for n, raw in _lines_between(path, first, last):
+        text: str | None = None
+        for i, (lo, hi) in enumerate(spans):
+            if lo <= n <= hi:
+                if text is None:
+                    text = _clip(raw.decode("utf-8", errors="replace").rstrip("\r\n"), MAX_EXCERPT_CHARS)
+                out[i].append((n, text))
     return out
+
+
+def _lines_between(path: Path, first: int, last: int, block: int = 4 << 20) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) for lines first..last (1-based) of a file. Blocks before the first line
+    are only newline-counted (bytes.count, C speed), so the last lines of an 80 MB transcript cost a
+    pass of memchr, not a Python iteration per line. Each line is cut to MAX_EXCERPT_CHARS*4 bytes."""
+    cap = MAX_EXCERPT_CHARS * 4
+    n = 1  # the number of the line being read
+    carry = b""  # its bytes so far (kept only from line `first` on)
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(block)
+            if not chunk:
+                if carry and first <= n <= last:
+                    yield n, carry[:cap]
+                return
+            if n < first:
+                k = chunk.count(b"\n")
+                if n + k < first:
+                    n += k
+                    continue
+                pos = 0
+                while n < first:
+                    pos = chunk.index(b"\n", pos) + 1
+                    n += 1
+                chunk, carry = chunk[pos:], b""
+            parts = (carry + chunk).split(b"\n")
+            carry = parts.pop()[:cap]
+            for piece in parts:
+                if n > last:
+                    return
+                yield n, piece[:cap]
+                n += 1
+            if n > last:
+                return
 
 
 def build_findings(
@@ -285,7 +336,7 @@ def build_findings(
     wanted: dict[str, list[tuple[int, int, int]]] = {}  # transcript path -> (finding index, start, end)
     for i, f in enumerate(findings):
         anchor = None
-        if f.file in index and f.line_start is not None and f.line_start <= len(index[f.file].lines):
+        if f.file in index and f.line_start is not None and f.line_start in index[f.file].flagged:
             anchor = f"src-{index[f.file].index}-L{f.line_start}"
         elif f.file and f.file in by_path and _is_transcript(f.file) and f.line_start is not None:
             end = f.line_end if f.line_end is not None and f.line_end >= f.line_start else f.line_start

@@ -48,8 +48,10 @@ def test_run_page_sections_and_cache(client: TestClient, tmp_path: Path) -> None
     for section in ('id="verdict"', 'id="figures"', 'id="provenance"', 'id="findings"', 'id="sources"',
                     'id="history"', 'id="regrade-form"', "<svg"):
         assert section in first.text, section
-    # solution lines are rendered with anchors; a finding in solution.py links to its highlighted line
-    assert 'id="src-0-L1"' in first.text
+    # the solution is rendered whole (gutter of line numbers beside it); the flagged lines are anchored
+    # elements and a finding in solution.py links to its highlighted line
+    assert '<pre class="gutter" aria-hidden="true">1\n2\n3\n' in first.text
+    assert "class Model(torch.nn.Module):" in first.text
     hl = re.findall(r'<span id="(src-0-L\d+)" class="hl">', first.text)
     jumps = re.findall(r'<a class="jump" href="#(src-0-L\d+)">', first.text)
     assert hl and jumps and set(jumps) <= set(hl)

@@ -1,0 +1,37 @@
+"""The run page's view helpers on real files: transcript excerpts from any place of a large file."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from service.ui.views import MAX_EXCERPT_CHARS, _lines_between, transcript_excerpts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lines_between_matches_split(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    for trial in range(60):
+        lines = [b"x" * rng.choice([0, 1, 5, 50, 300, 7000]) + str(i).encode() for i in range(rng.randrange(1, 200))]
+        data = b"\n".join(lines) + (b"\n" if rng.random() < 0.5 else b"")
+        path = tmp_path / f"t{trial}.jsonl"
+        path.write_bytes(data)
+        ref = data.split(b"\n")[: len(lines)]
+        a = rng.randrange(1, len(ref) + 3)
+        b = a + rng.randrange(0, 6)
+        got = list(_lines_between(path, a, b, block=rng.choice([7, 64, 1000, 4 << 20])))
+        assert got == [(i, ref[i - 1][: MAX_EXCERPT_CHARS * 4]) for i in range(a, min(b, len(ref)) + 1)]
+
+
+def test_excerpts_at_both_ends_of_a_large_transcript(tmp_path: Path) -> None:
+    path = tmp_path / "transcript.jsonl"
+    with open(path, "wb") as fh:
+        for i in range(1, 300_001):
+            fh.write(b'{"type":"assistant","n":%d,"pad":"%s"}\n' % (i, b"y" * (i % 97)))
+    first, last, clipped = transcript_excerpts(path, [(1, 1), (300_000, 300_000), (150_000, 150_001)])
+    assert [n for n, _ in first] == [1, 2, 3]
+    assert [n for n, _ in last] == [299_998, 299_999, 300_000] and '"n":300000,' in last[-1][1]
+    assert [n for n, _ in clipped] == [149_998, 149_999, 150_000, 150_001, 150_002, 150_003]
+    assert transcript_excerpts(path, [(400_000, 400_000)]) == [[]]
