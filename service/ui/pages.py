@@ -40,6 +40,7 @@ env = Environment(
 )
 env.globals["verdict_style"] = views.verdict_style
 env.globals["metric_text"] = views.metric_text
+env.globals["progress_text"] = views.progress_text
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "

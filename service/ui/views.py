@@ -57,6 +57,22 @@ def metric_text(metric: dict[str, Any] | None, peak_fraction: float | None = Non
     return ""
 
 
+def progress_text(progress: dict[str, Any] | None) -> str:
+    """One line from a job's progress: the phases seen (with their small facts), shapes done, last log line."""
+    p = progress or {}
+    parts: list[str] = []
+    for phase, info in (p.get("phases") or {}).items():
+        facts = ", ".join(f"{k}={v}" for k, v in (info or {}).items() if isinstance(v, str | int | float)) \
+            if isinstance(info, dict) else ""
+        parts.append(f"{phase}" + (f" ({facts})" if facts else ""))
+    text = " → ".join(parts)
+    if p.get("benchmark_shapes_done"):
+        text += f" · shapes done {','.join(map(str, p['benchmark_shapes_done']))}"
+    if p.get("last_line"):
+        text += f" · {p['last_line']}"
+    return _clip(text.strip(" ·"), 300)
+
+
 # -- matrix ---------------------------------------------------------------------------------------
 
 

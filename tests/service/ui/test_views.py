@@ -35,3 +35,14 @@ def test_excerpts_at_both_ends_of_a_large_transcript(tmp_path: Path) -> None:
     assert [n for n, _ in last] == [299_998, 299_999, 300_000] and '"n":300000,' in last[-1][1]
     assert [n for n, _ in clipped] == [149_998, 149_999, 150_000, 150_001, 150_002, 150_003]
     assert transcript_excerpts(path, [(400_000, 400_000)]) == [[]]
+
+
+def test_progress_text_names_phases_shapes_and_last_line() -> None:
+    from service.ui.views import progress_text
+
+    assert progress_text(None) == ""
+    text = progress_text({"phase": "benchmark", "phases": {"materialize": {"files": 16}, "lock": {"gpu": 0},
+                                                           "benchmark": {}},
+                          "benchmark_shapes_done": [0, 2], "last_line": "shape=2 variant=solution ms=0.21"})
+    assert text == ("materialize (files=16) → lock (gpu=0) → benchmark · shapes done 0,2 · "
+                    "shape=2 variant=solution ms=0.21")
