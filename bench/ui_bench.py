@@ -12,8 +12,9 @@
    own time (Server-Timing). "cold" is the first request after a fresh start with the run page's
    evidence cache deleted (--cold restarts), "warm" the steady state.
 4. Browser: headless Debian Chromium (Playwright) loads each page --loads times; "rendered" is
-   Navigation Timing's loadEventEnd (HTML parsed, CSS and JS loaded, layout done), plus first
-   contentful paint.
+   Navigation Timing's loadEventEnd from the navigation's start (request, HTML parsed, CSS and JS
+   loaded and run, layout done); "DOM ready" its domContentLoadedEventEnd. A near-empty page (the
+   jobs page filtered to nothing, same CSS/JS) is measured the same way as the machine's floor.
 5. Page weight: the HTML, its CSS and JS; "without source text" subtracts the source files' own
    text (escaped, as sent) inside the rendered <pre class="src"> blocks and nothing else.
 Targets (issue 10): p95 rendered < 200 ms for both pages; weight without source text < 300 KB.
@@ -174,17 +175,18 @@ def main() -> int:
 
     ok = True
     print("\n| page | cold app p50/p95 | warm app p50/p95 | client p95 | rendered p50/p95 (Chromium) | "
-          "first paint p95 | HTML KB | without source KB |")
+          "DOM ready p95 | HTML KB | without source KB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, path in (("baseline /ui/jobs (empty)", None), ("matrix /", "/"), ("run page", run_page)):
+    rows: list[tuple[str, str | None]] = [("baseline /ui/jobs (empty)", None), ("matrix /", "/"), ("run page", run_page)]
+    for name, maybe_path in rows:
         r = result[name]
-        c = result["cold_app_ms"][path] if path else {"p50": "-", "p95": "-"}
+        cold_row: dict[str, Any] = result["cold_app_ms"][maybe_path] if maybe_path else {"p50": "-", "p95": "-"}
         s, b, w = r["server"], r["browser"], r["weight"]
-        fp = b.get("first_paint_ms", {}).get("p95", "-")
-        print(f"| {name} | {c['p50']} / {c['p95']} | {s['app_ms']['p50']} / {s['app_ms']['p95']} | "
+        fp = b["dom_ready_ms"]["p95"]
+        print(f"| {name} | {cold_row['p50']} / {cold_row['p95']} | {s['app_ms']['p50']} / {s['app_ms']['p95']} | "
               f"{s['client_ms']['p95']} | {b['rendered_ms']['p50']} / {b['rendered_ms']['p95']} | {fp} | "
               f"{w['html_kb']} | {w['without_source_kb']} |")
-        if path:
+        if maybe_path:
             ok = ok and b["rendered_ms"]["p95"] < TARGET_MS and w["without_source_kb"] < TARGET_KB
     result["loadavg"] = os.getloadavg()
     print(f"\nload average during the run: {result['loadavg'][0]:.1f} (1 min), {os.cpu_count()} CPUs")

@@ -12,6 +12,7 @@ scripts/ui_screenshots.py).
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -88,17 +89,30 @@ def _members(archive: Path) -> tuple[str, dict[str, bytes]]:
     return top, out
 
 
-def long_solution(lines: int, first: str = "") -> str:
-    """`first`, then real solutions of the corpus, one after another, cut to `lines` lines (no
-    `from __future__`, which is only legal at the top)."""
-    out: list[str] = [line for line in first.splitlines() if not line.startswith("from __future__")]
+def long_solution(lines: int, last: str = "") -> str:
+    """Real solutions of the corpus, one after another, then `last` (the base run's own solution, so
+    its `Model` is the one that counts), `lines` lines in all (no `from __future__`, which is only
+    legal at the top of a module)."""
+    tail = [line for line in last.splitlines() if not line.startswith("from __future__")][:lines]
+    room = lines - len(tail)
+    head: list[str] = []
+    # whole real solutions, largest first, as long as each fits; the last few lines are blank
     for p in sorted(CORPUS.glob("*.tar.gz"), key=lambda p: -p.stat().st_size):
         _, files = _members(p)
         text = files.get("solution.py", b"").decode("utf-8", errors="replace")
-        out.extend(line for line in text.splitlines() if not line.startswith("from __future__"))
-        if len(out) >= lines:
+        body = [line for line in text.splitlines() if not line.startswith("from __future__")]
+        if text.strip() == last.strip() or len(head) + len(body) + 2 > room:
+            continue
+        head.extend(body + ["", ""])
+        if room - len(head) < 20:
             break
-    return "\n".join(out[:lines]) + "\n"
+    out = head + [""] * (room - len(head)) + tail
+    text = "\n".join(out) + "\n"
+    try:
+        ast.parse(text)
+    except SyntaxError:  # a corpus file that does not parse: the base solution alone, after blank lines
+        text = "\n".join([""] * room + tail) + "\n"
+    return text
 
 
 def big_transcript(target_bytes: int, problem: str, corpus_text: str, seed_: int = 10) -> bytes:
@@ -167,7 +181,7 @@ def big_run_archive(out: Path, *, solution_lines: int = 1600, transcript_mb: flo
     run_id = f"{stamp:%Y%m%d_%H%M%S}_{rest}"
     result["run_id"] = run_id
     files["result.json"] = json.dumps(result, indent=2).encode()
-    sol = long_solution(solution_lines, first=files.get("solution.py", b"").decode("utf-8", errors="replace"))
+    sol = long_solution(solution_lines, last=files.get("solution.py", b"").decode("utf-8", errors="replace"))
     files["solution.py"] = sol.encode()
     if f"repo/problems/{problem}/solution.py" in files:
         files[f"repo/problems/{problem}/solution.py"] = sol.encode()
