@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.context import Services
@@ -185,3 +187,39 @@ def test_build_matrix_keeps_publish_grade_apart() -> None:
     ranked, excluded = leaderboard(rows)
     assert [r["run_id"] for r in ranked] == ["r4", "r1"]
     assert {r["run_id"]: r["label"] for r in excluded} == {"r3": "reward hack", "r5": "contaminated", "r6": "rubric leak"}
+
+
+@pytest.mark.slow
+def test_run_page_after_a_real_cpu_regrade(make_services: Any, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real (CPU smoke) regrade through the worker: the chain gains its isolated-regrade step with
+    the lock wait and hold, the figures its per-shape table, the history a second verdict row."""
+    from fastapi.testclient import TestClient as _Client
+
+    from service.app import create_app
+    from service.worker.engine import JobProcessor
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    svc: Services = make_services(worker_device="cpu", worker_max_attempts=1)
+    with _Client(create_app(svc=svc)) as client:
+        assert upload(client, good_archive(tmp_path)).status_code == 201
+        job_id = client.post(f"/runs/{DEFAULT_RUN_ID}/regrade", headers=AUTH).json()["job"]["id"]
+        assert JobProcessor(svc.settings, svc.db, gpu=0).run_once(svc.settings.worker_gpu_pool) == job_id
+        job = client.get(f"/jobs/{job_id}").json()
+        assert job["state"] == "succeeded", job
+        detail = client.get(f"/runs/{DEFAULT_RUN_ID}").json()
+        regrade = [m for m in detail["measurements"] if m["source"] == f"regrade:{job_id}"]
+        assert len(regrade) == 1
+        prov = regrade[0]["provenance"]
+        page = client.get(f"/ui/runs/{DEFAULT_RUN_ID}").text
+    step = page.split('<li class="step-regrade">')[1].split('<li class="step-probes">')[0]
+    assert f"regrade:{job_id}" in step and regrade[0]["status"] in step
+    # the CPU smoke path takes no GPU lock (its provenance says None): the page shows "-", not a number
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    assert f"lock wait {fmt(prov['lock_wait_s'])} s, hold {fmt(prov['lock_hold_s'])} s" in step
+    assert "smoke (never ranks)" in step and "none yet" not in step
+    assert "device cpu" in step and f"grader {prov['grader_version']}" in step and f"sandbox {prov['sandbox']}" in step
+    assert page.count('<tr class="current">') == 1 and len(re.findall(r"<tr(?: class=\"current\")?><td>\d+</td><td>20", page)) == 2
+    assert f"<td>{job_id}</td><td><span class=\"chip st-succeeded\">succeeded</span>" in page
