@@ -208,17 +208,30 @@ def run_page(run_id: str, svc: Annotated[Services, Depends(services)]) -> HTMLRe
     key = f"{verdict.id if verdict else 0}-{run.archive_sha256[:16]}-{kaudit_version()}"
     fragment, source = views.cached_fragment(svc.settings.report_cache_dir.parent / "ui", key, evidence)
     shape_lists = [views.shape_rows(m.shapes or []) for m in data.measurements]
+
+    def smoke(m: Any) -> bool:
+        pv = m.provenance or {}
+        return bool(pv.get("smoke")) or pv.get("device") == "cpu"
+
+    def device_of(m: Any) -> str | None:
+        """The device whose ceiling a measurement is held against: none for a CPU smoke regrade."""
+        return None if smoke(m) else m.gpu_name or (run.hardware if m.source == "in_run" else None)
+
     for m, rows in zip(data.measurements, shape_lists, strict=True):
-        views.add_bound_fractions(rows, m.gpu_name or run.hardware)
+        views.add_bound_fractions(rows, device_of(m))
     measurements: list[dict[str, Any]] = [
         {"m": m, "shapes": rows} for m, rows in zip(data.measurements, shape_lists, strict=True)
     ]
-    # The roofline plots the newest measurement with per-shape numbers, against the ceiling of the
-    # device that measured it (a regrade names its GPU; in-run figures are on the run's hardware).
-    best_i = next((i for i in range(len(shape_lists) - 1, -1, -1) if shape_lists[i]), None)
+    # The roofline plots the newest GPU measurement with per-shape numbers (a CPU smoke regrade only
+    # when nothing else has shapes) against the ceiling of the device that measured it.
+    order = sorted((i for i in range(len(shape_lists)) if shape_lists[i]),
+                   key=lambda i: (not smoke(data.measurements[i]), i))
+    best_i = order[-1] if order else None
     best: list[dict[str, Any]] = shape_lists[best_i] if best_i is not None else []
-    device = (data.measurements[best_i].gpu_name if best_i is not None else None) or run.hardware
+    device = device_of(data.measurements[best_i]) if best_i is not None else run.hardware
     rf = views.roofline(device, best)
+    if best_i is not None and smoke(data.measurements[best_i]):
+        rf.note = "a CPU smoke regrade (interpreter, reduced shapes): no GPU ceiling applies"
     lock = (run.logs or {}).get("gpu_lock") or {}
     response = render(
         "run.html", run=run, verdict=verdict, history=history, jobs=data.jobs, measurements=measurements,

@@ -202,7 +202,8 @@ def test_run_page_after_a_real_cpu_regrade(make_services: Any, tmp_path: Path,
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     svc: Services = make_services(worker_device="cpu", worker_max_attempts=1)
     with _Client(create_app(svc=svc)) as client:
-        assert upload(client, good_archive(tmp_path)).status_code == 201
+        arc = good_archive(tmp_path, result={"gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"})
+        assert upload(client, arc).status_code == 201
         job_id = client.post(f"/runs/{DEFAULT_RUN_ID}/regrade", headers=AUTH).json()["job"]["id"]
         assert JobProcessor(svc.settings, svc.db, gpu=0).run_once(svc.settings.worker_gpu_pool) == job_id
         job = client.get(f"/jobs/{job_id}").json()
@@ -223,3 +224,7 @@ def test_run_page_after_a_real_cpu_regrade(make_services: Any, tmp_path: Path,
     assert "device cpu" in step and f"grader {prov['grader_version']}" in step and f"sandbox {prov['sandbox']}" in step
     assert page.count('<tr class="current">') == 1 and len(re.findall(r"<tr(?: class=\"current\")?><td>\d+</td><td>20", page)) == 2
     assert f"<td>{job_id}</td><td><span class=\"chip st-succeeded\">succeeded</span>" in page
+    # the roofline stays on the in-run GPU figures under the RTX PRO 6000 ceiling; the CPU smoke
+    # figures get a table but no bars against a GPU's peaks
+    assert regrade[0]["shapes"] and "Roofline of RTX PRO 6000" in page
+    assert page.count('<meter class="bound"') == 4
