@@ -46,3 +46,17 @@ def test_progress_text_names_phases_shapes_and_last_line() -> None:
                           "benchmark_shapes_done": [0, 2], "last_line": "shape=2 variant=solution ms=0.21"})
     assert text == ("materialize (files=16) → lock (gpu=0) → benchmark · shapes done 0,2 · "
                     "shape=2 variant=solution ms=0.21")
+
+
+def test_missing_chromium_fails_when_required_and_skips_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.service.ui import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(browser.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("KAUDIT_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="browser tests required but missing: chromium"):
+        browser.need_chromium()
+    monkeypatch.delenv("KAUDIT_REQUIRE_BROWSER")
+    with pytest.raises(pytest.skip.Exception, match="missing chromium"):
+        browser.need_chromium()
