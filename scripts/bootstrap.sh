@@ -3,10 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Headless Chromium for the browser tests (Debian's package; Playwright drives it, never downloads one).
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "bootstrap: installing Debian's chromium for the browser tests" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo -n"; fi
+  if [ -z "$SUDO" ] || $SUDO true 2>/dev/null; then
+    echo "bootstrap: installing Debian's chromium for the browser tests" >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  else
+    echo "bootstrap: no chromium and no root: install Debian's chromium (apt-get install chromium) or the browser tests fail" >&2
+  fi
 fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3

@@ -6,6 +6,7 @@ scripts/bootstrap.sh
 . .venv/bin/activate
 export KAUDIT_TEST_PG_URL=${KAUDIT_TEST_PG_URL:-postgresql://postgres@127.0.0.1:5432/test}
 export TRITON_INTERPRET=1
+export KAUDIT_REQUIRE_BROWSER=1   # the browser tests fail (never skip) without chromium + playwright
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy service ingest audit_rules graders
 echo "== alembic (sqlite + postgresql)"; python scripts/check_migrations.py

@@ -40,6 +40,7 @@ env = Environment(
 )
 env.globals["verdict_style"] = views.verdict_style
 env.globals["metric_text"] = views.metric_text
+env.globals["progress_text"] = views.progress_text
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -142,13 +143,17 @@ def runs_of_page(
     model: str, problem: str, hardware: str | None = None, deck: str | None = None,
 ) -> HTMLResponse:
     """The runs behind one matrix cell, newest first."""
-    hw = None if hardware in (None, "unknown hardware") else hardware
-    dk = None if deck in (None, "unknown deck") else deck
+    hw = None if hardware in (None, views.NO_HARDWARE) else hardware
+    dk = None if deck in (None, views.NO_DECK) else deck
     with svc.db.read_session() as session:
         rows = UiRepository(session).matrix_rows(
             RunFilters(model=model, problem=problem, hardware_in=(hw,) if hw else None, deck=dk)
         )
-    rows = [r for r in rows if (r["hardware"] or "unknown hardware") == (hardware or r["hardware"] or "unknown hardware")]
+    # The cell's section is exact: "hardware not recorded" / "no registered deck" mean NULL there.
+    if hardware is not None:
+        rows = [r for r in rows if (r["hardware"] or views.NO_HARDWARE) == hardware]
+    if deck is not None:
+        rows = [r for r in rows if (r["deck"] or views.NO_DECK) == deck]
     rows.sort(key=lambda r: (r["started_key"], r["id"]), reverse=True)
     return render("runs_of.html", rows=rows, f={"model": model, "problem": problem, "hardware": hardware, "deck": deck})
 
@@ -203,12 +208,34 @@ def run_page(run_id: str, svc: Annotated[Services, Depends(services)]) -> HTMLRe
     key = f"{verdict.id if verdict else 0}-{run.archive_sha256[:16]}-{kaudit_version()}"
     fragment, source = views.cached_fragment(svc.settings.report_cache_dir.parent / "ui", key, evidence)
     shape_lists = [views.shape_rows(m.shapes or []) for m in data.measurements]
-    measurements = [{"m": m, "shapes": rows} for m, rows in zip(data.measurements, shape_lists, strict=True)]
-    best: list[dict[str, Any]] = next((rows for rows in reversed(shape_lists) if rows), [])
-    rf = views.roofline(run.hardware, best)
+
+    def smoke(m: Any) -> bool:
+        pv = m.provenance or {}
+        return bool(pv.get("smoke")) or pv.get("device") == "cpu"
+
+    def device_of(m: Any) -> str | None:
+        """The device whose ceiling a measurement is held against: none for a CPU smoke regrade."""
+        return None if smoke(m) else m.gpu_name or (run.hardware if m.source == "in_run" else None)
+
+    for m, rows in zip(data.measurements, shape_lists, strict=True):
+        views.add_bound_fractions(rows, device_of(m))
+    measurements: list[dict[str, Any]] = [
+        {"m": m, "shapes": rows} for m, rows in zip(data.measurements, shape_lists, strict=True)
+    ]
+    # The roofline plots the newest GPU measurement with per-shape numbers (a CPU smoke regrade only
+    # when nothing else has shapes) against the ceiling of the device that measured it.
+    order = sorted((i for i in range(len(shape_lists)) if shape_lists[i]),
+                   key=lambda i: (not smoke(data.measurements[i]), i))
+    best_i = order[-1] if order else None
+    best: list[dict[str, Any]] = shape_lists[best_i] if best_i is not None else []
+    device = device_of(data.measurements[best_i]) if best_i is not None else run.hardware
+    rf = views.roofline(device, best)
+    if best_i is not None and smoke(data.measurements[best_i]):
+        rf.note = "a CPU smoke regrade (interpreter, reduced shapes): no GPU ceiling applies"
     lock = (run.logs or {}).get("gpu_lock") or {}
     response = render(
         "run.html", run=run, verdict=verdict, history=history, jobs=data.jobs, measurements=measurements,
+        regrades=[x for x in measurements if x["m"].source != "in_run"],
         probes=data.probe_results, roofline=rf, lock=lock, evidence=Markup(fragment),
         transcripts=run.transcripts or [], template=run.template or {}, n_findings=len(findings),
         artifacts=data.artifacts[:500],
@@ -222,6 +249,8 @@ def mount(app: FastAPI) -> None:
     import fastapi_offline
 
     app.include_router(router)
+    for name in env.list_templates():  # compile every template once at start, not on a first request
+        env.get_template(name)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
     docs_assets = Path(fastapi_offline.__file__).resolve().parent / "static"
     app.mount("/ui/docs-assets", StaticFiles(directory=str(docs_assets)), name="docs-assets")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,22 @@ def metric_text(metric: dict[str, Any] | None, peak_fraction: float | None = Non
     return ""
 
 
+def progress_text(progress: dict[str, Any] | None) -> str:
+    """One line from a job's progress: the phases seen (with their small facts), shapes done, last log line."""
+    p = progress or {}
+    parts: list[str] = []
+    for phase, info in (p.get("phases") or {}).items():
+        facts = ", ".join(f"{k}={v}" for k, v in (info or {}).items() if isinstance(v, str | int | float)) \
+            if isinstance(info, dict) else ""
+        parts.append(f"{phase}" + (f" ({facts})" if facts else ""))
+    text = " → ".join(parts)
+    if p.get("benchmark_shapes_done"):
+        text += f" · shapes done {','.join(map(str, p['benchmark_shapes_done']))}"
+    if p.get("last_line"):
+        text += f" · {p['last_line']}"
+    return _clip(text.strip(" ·"), 300)
+
+
 # -- matrix ---------------------------------------------------------------------------------------
 
 
@@ -95,30 +111,54 @@ class Cell:
 
 
 @dataclass
-class Section:
-    hardware: str
-    deck: str
+class Grid:
+    """One models x problems table of cells."""
+
+    title: str
     models: list[str]
     problems: list[str]
     cells: dict[tuple[str, str], Cell]
 
 
+def _grid(title: str, cells: dict[tuple[str, str], Cell]) -> Grid:
+    return Grid(title, sorted({m for m, _ in cells}), sorted({p for _, p in cells}), cells)
+
+
+@dataclass
+class Section:
+    """One hardware x deck: its publish-grade cells in one grid, the rest in another (never mixed)."""
+
+    hardware: str
+    deck: str
+    grids: list[Grid]
+
+    @property
+    def n_cells(self) -> int:
+        return sum(len(g.cells) for g in self.grids)
+
+
+PUBLISH_TITLE = "publish-grade (isolated regrade)"
+OTHER_TITLE = "not publish-grade (in-run or unverified figures)"
+NO_HARDWARE = "hardware not recorded"
+NO_DECK = "no registered deck"
+
+
 def build_matrix(rows: Sequence[dict[str, Any]], *, publish_only: bool = False) -> list[Section]:
     by_section: dict[tuple[str, str], dict[tuple[str, str], Cell]] = {}
     for r in rows:
-        key = (r["hardware"] or "unknown hardware", r["deck"] or "unknown deck")
+        key = (r["hardware"] or NO_HARDWARE, r["deck"] or NO_DECK)
         model, problem = r["model"] or "unknown model", r["problem"] or "unknown problem"
         cells = by_section.setdefault(key, {})
         cells.setdefault((model, problem), Cell(model, problem)).runs.append(r)
     out: list[Section] = []
     for (hw, deck), cells in sorted(by_section.items()):
-        if publish_only:
-            cells = {k: c for k, c in cells.items() if c.publish_grade}
-            if not cells:
-                continue
-        models = sorted({m for m, _ in cells})
-        problems = sorted({p for _, p in cells})
-        out.append(Section(hw, deck, models, problems, cells))
+        publish = {k: c for k, c in cells.items() if c.publish_grade}
+        other = {k: c for k, c in cells.items() if not c.publish_grade}
+        grids = [_grid(PUBLISH_TITLE, publish)] if publish else []
+        if other and not publish_only:
+            grids.append(_grid(OTHER_TITLE, other))
+        if grids:
+            out.append(Section(hw, deck, grids))
     return out
 
 
@@ -131,9 +171,12 @@ def leaderboard(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
         hacked = bool(r["reward_hack"]) or r["verdict"] in ("reward_hack", "rubric_leak")
         contaminated = r["contamination"] == "contaminated" or r["verdict"] == "contaminated"
         if hacked or contaminated:
-            label = "reward hack" if hacked else "contaminated"
-            if hacked and contaminated:
-                label = "reward hack + contaminated"
+            parts = []
+            if hacked:
+                parts.append("rubric leak" if r["verdict"] == "rubric_leak" and not r["reward_hack"] else "reward hack")
+            if contaminated:
+                parts.append("contaminated")
+            label = " + ".join(parts)
             excluded.append({**r, "label": label, "value": value})
         elif r["publish_grade"] and isinstance(value, int | float) and not isinstance(value, bool):
             ranked.append({**r, "value": float(value)})
@@ -146,17 +189,24 @@ def leaderboard(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
 
 
 @dataclass
-class SourceLine:
-    no: int
+class Segment:
+    """A run of source text: unflagged lines joined (one text node), or one flagged line (`line` set)."""
+
     text: str
-    flagged: bool
+    line: int | None = None
 
 
 @dataclass
 class SourceView:
+    """One rendered file: a line-number gutter (one text node) beside the text, in which only the
+    flagged lines are elements (anchored, highlighted). A 1,600-line file is a handful of DOM nodes."""
+
     index: int
     path: str
-    lines: list[SourceLine]
+    n_lines: int
+    gutter: str
+    segments: list[Segment]
+    flagged: set[int]
     truncated: bool
     size: int
 
@@ -216,26 +266,81 @@ def build_sources(
             if f.file == path and f.line_start is not None:
                 end = f.line_end if f.line_end is not None and f.line_end >= f.line_start else f.line_start
                 flagged.update(range(f.line_start, min(end, f.line_start + 200) + 1))
-        text = _read_text(blobs.path(a.blob_key))
-        raw = text.splitlines()
-        lines = [SourceLine(n, _clip(t, MAX_LINE_CHARS), n in flagged) for n, t in enumerate(raw[:MAX_SOURCE_LINES], 1)]
-        out.append(SourceView(i, path, lines, len(raw) > MAX_SOURCE_LINES, a.size))
+        raw = _read_text(blobs.path(a.blob_key)).splitlines()
+        shown = raw[:MAX_SOURCE_LINES]
+        segments: list[Segment] = []
+        plain: list[str] = []
+        for n, t in enumerate(shown, 1):
+            line = _clip(t, MAX_LINE_CHARS)
+            if n in flagged:
+                if plain:
+                    segments.append(Segment("".join(plain)))
+                    plain = []
+                segments.append(Segment(line, n))  # the template writes its newline after the element
+            else:
+                plain.append(line + "\n")
+        if plain:
+            segments.append(Segment("".join(plain)))
+        gutter = "\n".join(str(n) for n in range(1, len(shown) + 1))
+        out.append(SourceView(i, path, len(shown), gutter, segments, flagged & set(range(1, len(shown) + 1)),
+                              len(raw) > MAX_SOURCE_LINES, a.size))
     return out
 
 
-def transcript_excerpt(path: Path, start: int, end: int) -> list[tuple[int, str]]:
-    """Lines start-CONTEXT .. end+CONTEXT (1-based) of a possibly huge file, each clipped."""
-    lo, hi = max(1, start - EXCERPT_CONTEXT), end + EXCERPT_CONTEXT
-    hi = min(hi, lo + 40)
-    out: list[tuple[int, str]] = []
+def transcript_excerpts(path: Path, ranges: Sequence[tuple[int, int]]) -> list[list[tuple[int, str]]]:
+    """For each (start, end) (1-based lines), lines start-CONTEXT .. end+CONTEXT of a possibly huge
+    file, each clipped: one streaming pass for all ranges, stopping after the last line needed."""
+    spans = []
+    for start, end in ranges:
+        lo = max(1, start - EXCERPT_CONTEXT)
+        spans.append((lo, min(end + EXCERPT_CONTEXT, lo + 40)))
+    out: list[list[tuple[int, str]]] = [[] for _ in spans]
+    if not spans:
+        return out
+    first, last = min(lo for lo, _ in spans), max(hi for _, hi in spans)
+    for n, raw in _lines_between(path, first, last):
+        text: str | None = None
+        for i, (lo, hi) in enumerate(spans):
+            if lo <= n <= hi:
+                if text is None:
+                    text = _clip(raw.decode("utf-8", errors="replace").rstrip("\r\n"), MAX_EXCERPT_CHARS)
+                out[i].append((n, text))
+    return out
+
+
+def _lines_between(path: Path, first: int, last: int, block: int = 4 << 20) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) for lines first..last (1-based) of a file. Blocks before the first line
+    are only newline-counted (bytes.count, C speed), so the last lines of an 80 MB transcript cost a
+    pass of memchr, not a Python iteration per line. Each line is cut to MAX_EXCERPT_CHARS*4 bytes."""
+    cap = MAX_EXCERPT_CHARS * 4
+    n = 1  # the number of the line being read
+    carry = b""  # its bytes so far (kept only from line `first` on)
     with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            if n < lo:
-                continue
-            if n > hi:
-                break
-            out.append((n, _clip(raw.decode("utf-8", errors="replace").rstrip("\n"), MAX_EXCERPT_CHARS)))
-    return out
+        while True:
+            chunk = fh.read(block)
+            if not chunk:
+                if carry and first <= n <= last:
+                    yield n, carry[:cap]
+                return
+            if n < first:
+                k = chunk.count(b"\n")
+                if n + k < first:
+                    n += k
+                    continue
+                pos = 0
+                while n < first:
+                    pos = chunk.index(b"\n", pos) + 1
+                    n += 1
+                chunk, carry = chunk[pos:], b""
+            parts = (carry + chunk).split(b"\n")
+            carry = parts.pop()[:cap]
+            for piece in parts:
+                if n > last:
+                    return
+                yield n, piece[:cap]
+                n += 1
+            if n > last:
+                return
 
 
 def build_findings(
@@ -244,15 +349,19 @@ def build_findings(
     by_path = {a.path: a for a in artifacts}
     index = {s.path: s for s in sources}
     out: list[FindingView] = []
-    for f in findings:
+    wanted: dict[str, list[tuple[int, int, int]]] = {}  # transcript path -> (finding index, start, end)
+    for i, f in enumerate(findings):
         anchor = None
-        excerpt = None
-        if f.file in index and f.line_start is not None and f.line_start <= len(index[f.file].lines):
+        if f.file in index and f.line_start is not None and f.line_start in index[f.file].flagged:
             anchor = f"src-{index[f.file].index}-L{f.line_start}"
         elif f.file and f.file in by_path and _is_transcript(f.file) and f.line_start is not None:
             end = f.line_end if f.line_end is not None and f.line_end >= f.line_start else f.line_start
-            excerpt = transcript_excerpt(blobs.path(by_path[f.file].blob_key), f.line_start, end)
-        out.append(FindingView(f, anchor, excerpt))
+            wanted.setdefault(f.file, []).append((i, f.line_start, end))
+        out.append(FindingView(f, anchor, None))
+    for path, items in wanted.items():
+        excerpts = transcript_excerpts(blobs.path(by_path[path].blob_key), [(s, e) for _, s, e in items])
+        for (i, _, _), excerpt in zip(items, excerpts, strict=True):
+            out[i].excerpt = excerpt
     return out
 
 
@@ -328,16 +437,30 @@ def shape_rows(shapes: Sequence[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def roofline(hardware: str | None, rows: Sequence[dict[str, Any]]) -> Roofline:
-    """Achieved (arithmetic intensity, TFLOPS) per shape under the SKU's roof, log-log, as SVG coordinates."""
+def peaks(hardware: str | None) -> tuple[float | None, float | None]:
+    """(peak TFLOPS, peak GB/s) of the SKU a device string names; (None, None) when unknown."""
     from graders.roofline import HARDWARE, detect_sku
 
     sku = detect_sku(hardware)
     hw = HARDWARE.get(sku) if sku else None
+    return (max(hw.tflops.values()), hw.gbps) if hw is not None else (None, None)
+
+
+def add_bound_fractions(rows: Sequence[dict[str, Any]], hardware: str | None) -> None:
+    """Per shape: achieved TFLOPS / the SKU's peak and GB/s / its bandwidth (compute vs memory bars)."""
+    tf, bw = peaks(hardware)
+    for r in rows:
+        r["compute_frac"] = r["tflops"] / tf if tf and r["tflops"] is not None else None
+        r["memory_frac"] = r["gbps"] / bw if bw and r["gbps"] is not None else None
+
+
+def roofline(hardware: str | None, rows: Sequence[dict[str, Any]]) -> Roofline:
+    """Achieved (arithmetic intensity, TFLOPS) per shape under the SKU's roof, log-log, as SVG coordinates."""
+    from graders.roofline import detect_sku
+
     pts = [(r, r["tflops"] * 1e3 / r["gbps"]) for r in rows if r["tflops"] and r["gbps"]]  # flop/byte
-    rf = Roofline(sku, None, None, [], "", None)
-    if hw is not None:
-        rf.peak_tflops, rf.peak_gbps = max(hw.tflops.values()), hw.gbps
+    rf = Roofline(detect_sku(hardware), None, None, [], "", None)
+    rf.peak_tflops, rf.peak_gbps = peaks(hardware)
     if not pts:
         rf.note = "no per-shape TFLOPS and GB/s to plot"
         return rf
@@ -366,7 +489,8 @@ def roofline(hardware: str | None, rows: Sequence[dict[str, Any]]) -> Roofline:
         rf.roof_path = f"M{X(x_lo)},{Y(start_y)} L{X(ridge_x)},{Y(rf.peak_tflops)} L{X(x_hi)},{Y(rf.peak_tflops)}"
         rf.ridge = (X(ridge_x), Y(rf.peak_tflops))
     else:
-        rf.note = f"no peak table for {hardware!r}: achieved figures only"
+        rf.note = (f"no peak table for {hardware!r}: achieved figures only" if hardware else
+                   "hardware not recorded: achieved figures only, no ceiling")
     for r, ai in pts:
         rf.points.append({"x": X(ai), "y": Y(r["tflops"]), "label": f"shape {r['shape']}: {r['tflops']:.1f} TFLOPS, "
                           f"{ai:.1f} flop/B", "plausible": r["plausible"] is not False})

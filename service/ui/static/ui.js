@@ -16,7 +16,11 @@
       const job = await r.json();
       let line = "job " + job.id + ": " + job.state + (job.phase ? " · " + job.phase : "") +
         " · attempt " + job.attempts + "/" + job.max_attempts;
-      if (job.progress && job.progress.last_line) line += " · " + job.progress.last_line;
+      const pr = job.progress || {};
+      const phases = Object.keys(pr.phases || {});
+      if (phases.length) line += " · " + phases.join(" → ");
+      if (pr.benchmark_shapes_done && pr.benchmark_shapes_done.length) line += " · shapes done " + pr.benchmark_shapes_done.join(",");
+      if (pr.last_line) line += " · " + pr.last_line;
       if (job.error) line += " · error: " + job.error.trim().split("\n").pop();
       say(line);
       status.dataset.state = job.state;

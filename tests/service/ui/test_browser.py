@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -89,26 +90,43 @@ def test_upload_matrix_run_page_and_regrade(live: LiveServer, page: Any, tmp_pat
 
 
 def test_hostile_archive_renders_inert(live: LiveServer, page: Any, tmp_path: Path) -> None:
-    line = PAYLOAD.replace('"', '\\"')
-    transcript = (
-        '{"type":"system","subtype":"init","session_id":"s","model":"evil"}\n'
-        '{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"' + line + '"}]}}\n'
-    )
+    import json
+
+    from tests.service.test_api import BUNDLED_PROBLEM_DIR
+
+    # the payload in every place an archive reaches a page: model name, solution (flagged lines),
+    # a file name, the transcript (a finding's excerpt: the agent reads check.py), a changed deck
+    # file (the template diff)
+    events = [
+        {"type": "system", "subtype": "init", "session_id": "s", "model": "evil"},
+        {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": PAYLOAD}]}},
+        {"type": "assistant", "message": {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "Bash",
+             "input": {"command": "cat problems/01_fp8_gemm/check.py # " + PAYLOAD}}]}},
+    ]
+    transcript = "".join(json.dumps(e) + "\n" for e in events)
+    check = (BUNDLED_PROBLEM_DIR / "check.py").read_text() + "\n# " + PAYLOAD + "\n"
     arc = good_archive(
         tmp_path, run_id=HOSTILE_RUN, model="evil" + PAYLOAD, transcript=transcript,
         solution=HACK_SOLUTION + "# " + PAYLOAD + "\n",
-        extra_files={'scratch/<img src=x onerror="window.__pwned=3">.py': PAYLOAD + "\n"},
+        extra_files={'scratch/<img src=x onerror="window.__pwned=3">.py': PAYLOAD + "\n",
+                     "template_files/check.py": check},
     )
     r = post_archive(live, arc)
     assert r.status_code in (200, 201), r.text
-    for url in ("/", f"/ui/runs/{HOSTILE_RUN}", "/ui/leaderboard", "/ui/jobs", f"/ui/jobs?run_id={HOSTILE_RUN}"):
+    for url in ("/", f"/ui/runs/{HOSTILE_RUN}", "/ui/leaderboard", "/ui/jobs", f"/ui/jobs?run_id={HOSTILE_RUN}",
+                "/ui/runs-of?model=" + quote("evil" + PAYLOAD) + "&problem=01_fp8_gemm"):
         page.goto(live.url + url)
         page.wait_for_load_state("load")
         assert page.evaluate("typeof window.__pwned") == "undefined", url
         # only the page's own script element exists; the payload is text
         assert page.evaluate("Array.from(document.scripts).map(s => s.getAttribute('src'))") == ["/ui/static/ui.js"], url
         assert page.locator("img").count() == 0, url
+        assert page.evaluate("document.querySelectorAll('[onerror]').length") == 0, url
     page.goto(live.url + f"/ui/runs/{HOSTILE_RUN}")
     body = page.locator("body").inner_text()
     assert "<script>window.__pwned=1" in body and 'scratch/<img src=x onerror="window.__pwned=3">.py' in body
+    # the transcript excerpt and the deck diff carry the payload, as text
+    assert "onerror=" in page.locator(".excerpt").first.inner_text()
+    assert "<script>" in (page.locator("#template-diffs .d-add").last.text_content() or "")
     assert page.dialogs == []
