@@ -14,7 +14,8 @@ from tests.regrade.conftest import DECK, FIXTURES, FP8, sandbox_modes
 
 def _sandbox(tmp_path: Path, solution: Path, mode: str, timeout_s: float = 120) -> Sandbox:
     ws = prepare_workspace(solution, tmp_path / "ws")
-    return Sandbox(ws, SandboxConfig(device="cpu", timeout_s=timeout_s, mode=mode), [FP8])
+    return Sandbox(ws, SandboxConfig(device="cpu", timeout_s=timeout_s, mode=mode, allow_unsafe=mode == "subprocess"),
+                   [FP8])
 
 
 @pytest.mark.parametrize("mode", sandbox_modes())
@@ -33,7 +34,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, mode: str) -> Non
 @pytest.mark.parametrize("mode", sandbox_modes())
 def test_forged_stdout_and_fake_channel_messages_are_ignored(tmp_path: Path, mode: str) -> None:
     grade = regrade(FIXTURES / "forge_stdout.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300,
-                    sandbox_mode=mode)
+                    sandbox_mode=mode,
+                    allow_unsafe_sandbox=mode == "subprocess")
     assert grade.correct is False
     assert not grade.infra_failure
     assert "PASS" not in grade.check_lines
@@ -48,14 +50,16 @@ def test_solution_exiting_early_yields_no_result_and_a_fail(tmp_path: Path, mode
                            "shapes": "small"})
     assert res.started and res.error == "no_result" and res.result is None
     grade = regrade(FIXTURES / "exit_early.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300,
-                    sandbox_mode=mode)
+                    sandbox_mode=mode,
+                    allow_unsafe_sandbox=mode == "subprocess")
     assert grade.correct is False and not grade.infra_failure
     assert grade.failure_reason == "check_failed"
 
 
 def test_sandbox_that_cannot_start_is_an_infra_failure(tmp_path: Path) -> None:
     ws = prepare_workspace(FIXTURES / "honest_torch.py", tmp_path / "ws")
-    sb = Sandbox(ws, SandboxConfig(device="cpu", mode="subprocess", python=str(tmp_path / "no-python")), [FP8])
+    sb = Sandbox(ws, SandboxConfig(device="cpu", mode="subprocess", python=str(tmp_path / "no-python"),
+                                   allow_unsafe=True), [FP8])
     res = sb.run("check", {})
     assert res.error == "setup" and not res.started
 
@@ -85,6 +89,7 @@ def test_bwrap_blocks_network_and_foreign_files(tmp_path: Path) -> None:
     assert isolated.provenance is not None and isolated.provenance.sandbox == "bwrap"
     assert isolated.correct is True, isolated.check_lines
     # the same solution outside bubblewrap reads the file: the weaker sandbox is visible
-    weak = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, sandbox_mode="subprocess")
+    weak = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, sandbox_mode="subprocess",
+                   allow_unsafe_sandbox=True)
     assert weak.provenance is not None and weak.provenance.sandbox == SANDBOX_SUBPROCESS
     assert weak.correct is False
