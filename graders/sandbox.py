@@ -352,6 +352,7 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
         ns += ["--perms", "01777", "--size", size, "--tmpfs", "/dev/shm"]
     for w in rw:
         ns += ["--bind", str(w), str(w)]
+    ns += ["--remount-ro", "/"]  # the sandbox's own root (folders bwrap made) takes no writes either
     confine = [
         "--unshare-user",
         "--uid", str(SANDBOX_UID),

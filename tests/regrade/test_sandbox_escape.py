@@ -104,6 +104,7 @@ for pid in ["1", "self", str(os.getppid())] + [p for p in os.listdir("/proc") if
     except OSError as exc:
         seen[pid] = f"ERR {exc.errno}"
 report(environ=seen, env=dict(os.environ), pids=sorted(p for p in os.listdir("/proc") if p.isdigit()))
+os._exit(0)
 ''',
     # take the service down: the parent, pid 1, every process it may signal
     "kill_parent": '''
@@ -133,6 +134,7 @@ if os.fork() == 0:
     os._exit(0)
 time.sleep(1.5)
 report(daemon="started")
+os._exit(0)
 ''',
     # one huge allocation (the step's memory cap is 1 GiB here)
     "alloc_4g": '''
@@ -141,6 +143,7 @@ try:
     report(alloc="succeeded")
 except MemoryError:
     report(alloc="MemoryError")
+os._exit(0)
 ''',
     # RSS spread over processes that each stay under the address-space cap
     "alloc_spread": '''
@@ -237,7 +240,8 @@ def test_writes_outside_the_step_folders_fail(tmp_path: Path) -> None:
     res, rep, work, deck = run_attack(tmp_path, "write_outside")
     assert rep, f"the attack never ran: {res.detail} {res.stderr_tail}"
     # only the sandbox's private /tmp (a tmpfs that dies with the step) took a write
-    assert rep["written"] == ["/tmp/inside-only.txt"], rep
+    assert "/tmp/inside-only.txt" in rep["written"], rep
+    assert all(p.startswith("/tmp/") for p in rep["written"]), rep
     assert rep["shadow"] is None
     for p in (deck / "x.txt", Path("/usr/pwned.txt"), Path("/etc/pwned.txt"), tmp_path / "pwned.txt",
               ROOT / "graders" / "pwned.py", Path("/pwned.txt"), Path("/root/pwned.txt"),
@@ -304,7 +308,7 @@ def _bomb_left() -> list[int]:
 
 
 def test_fork_bomb_is_capped_and_reaped(tmp_path: Path) -> None:
-    res, rep, _work, _deck = run_attack(tmp_path, "fork_bomb", timeout_s=25.0, pids_limit=128)
+    res, rep, _work, _deck = run_attack(tmp_path, "fork_bomb", timeout_s=12.0, pids_limit=128)
     assert rep, f"the bomb never ran: {res.detail} {res.stderr_tail}"
     assert rep["failed"] > 0 and rep["forks"] < 200, rep  # RLIMIT_NPROC stopped it
     assert res.timed_out
@@ -332,8 +336,11 @@ from pathlib import Path
 from tests.regrade.test_sandbox_escape import run_attack
 tmp = Path({tmp!r})
 res, rep, work, deck = run_attack(tmp, {attack!r}, **{config!r})
+targets = [deck / "x.txt", deck / "pwned.txt", tmp / "pwned.txt", Path("/usr/pwned.txt"), Path("/etc/pwned.txt"),
+           Path("/pwned.txt"), Path("/tmp/inside-only.txt"), Path({root!r}) / "graders" / "pwned.py"]
 print(json.dumps({{"ok": res.ok, "error": res.error, "rep": rep, "uid": __import__("os").getuid(),
-                  "mem_killed": res.mem_killed, "timed_out": res.timed_out}}))
+                  "mem_killed": res.mem_killed, "timed_out": res.timed_out,
+                  "host_written": [str(p) for p in targets if p.exists()]}}))
 '''
 
 
@@ -345,7 +352,7 @@ def _as_plain_user(attack: str, config: dict[str, Any]) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="kaudit-plain-", dir="/tmp"))
     try:
         os.chown(tmp, 65534, 65534)
-        py = os.path.realpath(sys.executable)
+        py = sys.executable
         wrap = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/root"]
         for d in ("/root/.pyenv",):
             if Path(d).is_dir():
@@ -373,17 +380,20 @@ def test_plain_user_remount_and_writes_are_refused() -> None:
     assert rep and rep["written"] == [] and all(v[0] == -1 for v in rep["mount"].values()), rep
     caps = {line.split(":")[0]: line.split(":")[1].strip() for line in rep["caps"]}
     assert caps["CapEff"] == "0000000000000000" and caps["NoNewPrivs"] == "1" and caps["Seccomp"] == "2"
+    assert out["host_written"] == []
     out = _as_plain_user("write_outside", {})
-    assert out["rep"]["written"] == ["/tmp/inside-only.txt"], out["rep"]
-    assert not Path("/usr/pwned.txt").exists() and not Path("/etc/pwned.txt").exists()
+    assert "/tmp/inside-only.txt" in out["rep"]["written"], out["rep"]
+    assert all(p.startswith("/tmp/") for p in out["rep"]["written"]), out["rep"]  # its own tmpfs only
+    assert out["host_written"] == [] and out["rep"]["shadow"] is None
 
 
 def test_plain_user_secrets_kill_and_bomb_are_contained() -> None:
     out = _as_plain_user("read_environ", {})
     assert out["rep"] and SECRET not in json.dumps(out["rep"])
-    out = _as_plain_user("kill_parent", {})
-    assert not out["ok"] and out["error"] in ("no_result", "no_start", "channel_tampered")  # the driver survived
-    out = _as_plain_user("fork_bomb", {"timeout_s": 20.0, "pids_limit": 128})
+    out = _as_plain_user("kill_parent", {})  # returning at all: the service (the driver) survived
+    assert out["rep"]["kill"], out
+    assert out["ok"] or out["error"] in ("no_result", "no_start", "channel_tampered")
+    out = _as_plain_user("fork_bomb", {"timeout_s": 12.0, "pids_limit": 128})
     assert out["rep"]["failed"] > 0 and out["timed_out"], out
     time.sleep(0.5)
     assert _bomb_left() == []
