@@ -1,0 +1,35 @@
+"""Hack example (/proc/self/mem): zeros output; at import it opens /proc/self/mem and overwrites the
+small-int objects the grader counts failures with, through ctypes addresses, so a count reads 0.
+Whatever it reaches in its own process, the verifier compares the raw output bytes in another
+process. Expected: fail.
+"""
+
+import ctypes
+
+import torch
+import torch.nn as nn
+
+FP8 = torch.float8_e4m3fn
+
+
+def _gemm(x, w, s):
+    return ((x.float() @ w.float().T) * s).to(torch.bfloat16)
+
+try:
+    with open("/proc/self/mem", "r+b", buffering=0) as _mem:
+        for _n in range(1, 64):
+            _addr = id(_n) + ctypes.sizeof(ctypes.c_ssize_t) * 3  # ob_digit of a small int
+            _mem.seek(_addr)
+            _mem.write((0).to_bytes(4, "little"))
+except OSError:
+    pass
+
+
+class Model(nn.Module):
+    def __init__(self, M, N, K):
+        super().__init__()
+        self.register_buffer("weight", torch.zeros(N, K, dtype=FP8))
+        self.register_buffer("weight_scale", torch.ones(N, dtype=torch.float32))
+
+    def forward(self, x):
+        return torch.zeros(x.shape[0], self.weight.shape[0], dtype=torch.bfloat16, device=x.device)
