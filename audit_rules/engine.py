@@ -373,6 +373,7 @@ def audit_path(
     regrade_device: str | None = None,
     other_run_ids: frozenset[str] = frozenset(),
     regrade_timeout_s: float = 3600.0,
+    allow_unsafe_sandbox: bool | None = None,
 ) -> VerdictResult:
     """Unpack `path` into a temporary folder, audit it, optionally regrade, clean up.
 
@@ -402,5 +403,6 @@ def audit_path(
                     lock=None,
                     timeout_s=regrade_timeout_s,
                     progress=None,
+                    allow_unsafe_sandbox=allow_unsafe_sandbox,
                 )
         return _attach(synthesize(run, findings, grade), facts, grade)

@@ -60,6 +60,24 @@ INFRA_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 OOM_PATTERN = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
 
+# Text the solution controls (its exception messages) inside reader-facing lines: the type stays,
+# the message goes to GradeResult.operator_output (a solution can raise with any file's content).
+_SOLUTION_TEXT = re.compile(
+    r"(solution import error: |runtime error: (?:Model construction: )?|state_dict mismatch at shape \d+ \(|"
+    r"probe could not run: |solution raised: |grader error: )([A-Za-z_][\w.]*)(: [^\n]*)")
+WITHHELD = "[message withheld: operator-only]"
+OPERATOR_OUTPUT_BYTES = 16000  # per entry of GradeResult.operator_output
+_OPERATOR_KEYS = ("traceback", "stderr_tail", "stdout_tail", "probe_error")
+
+
+def withhold(text: str) -> str:
+    """`text` with the solution's exception messages withheld (kept: the exception type)."""
+    def sub(m: re.Match[str]) -> str:
+        tail = ")" if m.group(1).endswith("(") else ""
+        return f"{m.group(1)}{m.group(2)}: {WITHHELD}{tail}"
+
+    return _SOLUTION_TEXT.sub(sub, text)
+
 
 def classify_infra(text: str) -> str | None:
     """The infra fault a log/traceback shows, if any (first match wins)."""
@@ -106,6 +124,11 @@ class _Run:
         self.sandbox_mode = "none"
         self.allow_unsafe = False
         self.extra: dict[str, Any] = {}
+        self.operator: dict[str, str] = {}  # operator-only output of the steps (bounded)
+
+    def keep(self, key: str, text: str) -> None:
+        if text:
+            self.operator[key] = text[-OPERATOR_OUTPUT_BYTES:]
 
     def emit(self, phase: str, **info: Any) -> None:
         if self.progress is not None:
@@ -188,9 +211,35 @@ def regrade(
     run.allow_unsafe = unsafe_allowed_by_env() if allow_unsafe_sandbox is None else bool(allow_unsafe_sandbox)
     tmp = Path(tempfile.mkdtemp(prefix="kaudit-regrade-", dir=scratch_dir))
     try:
-        return _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir)
+        grade = _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return _for_readers(run, grade)
+
+
+def _for_readers(run: _Run, grade: GradeResult) -> GradeResult:
+    """Move the solution-controlled text out of every reader-facing field into operator_output."""
+    if any(_SOLUTION_TEXT.search(ln) for ln in grade.check_lines):
+        run.keep("check_lines", "\n".join(grade.check_lines))
+    grade.check_lines = [withhold(ln) for ln in grade.check_lines]
+    if grade.detail:
+        if _SOLUTION_TEXT.search(grade.detail):
+            run.keep("detail", grade.detail)
+        grade.detail = withhold(grade.detail)
+    for p in grade.probes:
+        for key in _OPERATOR_KEYS:
+            if key in p.numbers:
+                run.keep(f"probe.{p.probe}.{key}", str(p.numbers.pop(key)))
+        for row in p.numbers.get("shapes") or []:
+            if isinstance(row, dict):
+                for key in _OPERATOR_KEYS:
+                    if key in row:
+                        run.keep(f"probe.{p.probe}.s{row.get('shape_index')}.{key}", str(row.pop(key)))
+                if isinstance(row.get("summary"), str):
+                    row["summary"] = withhold(row["summary"])
+        p.summary = withhold(p.summary)
+    grade.operator_output = dict(run.operator)
+    return grade
 
 
 def _infra(run: _Run, reason: str, detail: str, check_lines: list[str] | None = None) -> GradeResult:
@@ -242,6 +291,9 @@ def _step(run: _Run, sb: Sandbox, name: str, step: str, params: dict[str, Any], 
 
     res = sb.run(step, params, trusted=trusted, timeout_s=timeout_s, on_progress=forward)
     run.timings[name] = run.timings.get(name, 0.0) + (time.monotonic() - t)
+    run.keep(f"{name}.stdout", res.stdout_tail)
+    run.keep(f"{name}.stderr", res.stderr_tail)
+    run.keep(f"{name}.traceback", str((res.result or {}).get("traceback") or ""))
     return res
 
 
@@ -411,13 +463,13 @@ def _run_probes(run: _Run, sb: Sandbox, ws: Any, wanted: list[str], shape_set: s
         # the solution's process died or the probes could not run: say so per probe
         status = ProbeStatus.FAILED if warm.error in ("no_result", "channel_tampered") else ProbeStatus.ERROR
         return [ProbeResult(p, status, f"probe process: {warm.error}: {warm.detail[:300]}",
-                            {"stderr_tail": warm.stderr_tail[-1500:]}, run.device, run.smoke) for p in wanted]
+                            {}, run.device, run.smoke) for p in wanted]
     verify = _step(run, sb, "probes_verify", "probe_verify",
                    {**base, "warm_manifest": warm.result, "fresh_manifest": fresh.result if fresh and fresh.ok else {}},
                    trusted=True)
     if not verify.ok or verify.result is None:
         return [ProbeResult(p, ProbeStatus.ERROR, f"verifier: {verify.error}: {verify.detail[:300]}",
-                            {"stderr_tail": verify.stderr_tail[-1500:]}, run.device, run.smoke) for p in wanted]
+                            {}, run.device, run.smoke) for p in wanted]
     out = []
     for d in verify.result.get("probes") or []:
         out.append(ProbeResult(probe=d["probe"], status=ProbeStatus(d["status"]), summary=d["summary"],

@@ -86,3 +86,7 @@ class GradeResult:
     # Added by the regrade author: why an infra failure / failure happened, in plain words
     # (check_lines stay pure check.log grammar).
     detail: str | None = None
+    # OPERATOR-ONLY (never show it to readers; a service must gate it on the operator role): what
+    # the solution's processes printed and the text of the exceptions they raised, bounded. Every
+    # reader-facing field above carries that text withheld ("[message withheld: operator-only]").
+    operator_output: dict[str, str] = field(default_factory=dict)

@@ -363,8 +363,10 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
     ]
     if not privileged:
         return [BWRAP, *ns, *confine, "--chdir", str(cwd)]
+    # the outer child (root without CAP_DAC_OVERRIDE) may not enter the step's 0700 folders owned
+    # by the sandbox uid: it starts in /, the inner bwrap (as that uid) enters the cwd
     outer = [BWRAP, *ns, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-             "--chdir", str(cwd)]
+             "--chdir", "/"]
     inner = [BWRAP, *confine, "--dev-bind", "/", "/", "--die-with-parent", "--chdir", str(cwd)]
     return [*outer, python, "-I", "-c", _DROP, *inner]
 

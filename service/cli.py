@@ -314,6 +314,8 @@ def audit(
     as_json: Annotated[bool, Opt("--json", help="print the verdict object as JSON")] = False,
     do_regrade: Annotated[bool, Opt("--regrade", help="also run kaudit's regrade and the probes")] = False,
     device: Annotated[str, Opt(help="cpu | cuda (with --regrade)")] = "cuda",
+    unsafe_no_sandbox: Annotated[bool, Opt("--unsafe-no-sandbox", help="with --regrade: run the solution as a plain "
+                                           "subprocess when bubblewrap is unusable (weaker; recorded)")] = False,
 ) -> None:
     """Audit one archive: registered decks of the configured DB plus the bundled deck."""
     from ingest.archive import safe_unpack
@@ -342,7 +344,8 @@ def audit(
         from audit_rules.engine import audit_path
 
         verdict = audit_path(
-            archive, decks, regrade_device=device, other_run_ids=others, regrade_timeout_s=settings.regrade_timeout_s
+            archive, decks, regrade_device=device, other_run_ids=others, regrade_timeout_s=settings.regrade_timeout_s,
+            allow_unsafe_sandbox=unsafe_no_sandbox or settings.allow_unsafe_sandbox,
         )
     if as_json:
         typer.echo(json.dumps(verdict.to_dict(), indent=2))

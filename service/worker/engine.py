@@ -302,6 +302,8 @@ class JobProcessor:
                 sol_dir, problem, holder.root, device=self.device, probes=claim.probes or None, lock=lock,
                 timeout_s=self.settings.regrade_timeout_s, progress=live.update, gpu=self.gpu or 0,
                 run_dir=f"kaudit-job-{claim.job_id}:{run.run_id}",
+                # the operator's explicit unsafe flag (regrades refuse to run without bubblewrap otherwise)
+                **({"allow_unsafe_sandbox": True} if self.settings.allow_unsafe_sandbox else {}),
             )
             wall = time.monotonic() - t0
         return grade, {"unpacked": unpacked, "parsed": parsed, "decks": decks, "run_id": run.run_id, "wall_s": wall}
