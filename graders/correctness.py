@@ -527,12 +527,12 @@ class _Runner:
         try:
             with _solution_stdout():
                 sol = build_solution_model(self.sol_model, init, self.device)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from the solution too
             raise _Fail(where.fail(f"runtime error: Model construction: {_one_line(exc)}")) from None
         try:
             with _solution_stdout():
                 sol.load_state_dict(ref.state_dict(), strict=True)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from the solution too
             raise _Fail(check_fail_line("state_dict_mismatch", shape=shape_index, detail=_one_line(exc))) from None
         return ref, sol
 
@@ -557,7 +557,7 @@ class _Runner:
                 out = sol(*inputs)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from the solution too
             raise _Fail(where.fail(f"runtime error: {_one_line(exc)}")) from None
         _check_modes(where)
         return out
@@ -608,7 +608,7 @@ def _recorded_pass(
             try:
                 with _solution_stdout():
                     sol.load_state_dict(ref.state_dict(), strict=True)
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit from the solution too
                 raise _Fail(check_fail_line("state_dict_mismatch", shape=0, detail=_one_line(exc))) from None
             with torch.no_grad(), _solution_stdout():
                 out = sol(*inputs)
@@ -616,7 +616,7 @@ def _recorded_pass(
                 torch.cuda.synchronize()
     except _Fail:
         raise
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit from the solution too
         if forbidden and runtime_hits(record, forbidden):
             return None  # the forbidden op is the finding; the caller reports it
         note = f"runtime_recorder: error under the recorder ({_one_line(exc)}); case re-run without it"
@@ -864,6 +864,9 @@ def _import_and_run(
             _repeat_and_overwrite(runner, si, shape_list[si], seeds[0])
     except _Fail as f:
         out(f.line)
+        return outcome
+    except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:  # only solution code raises these here
+        out(f"FAIL: runtime error: {_one_line(exc)}")
         return outcome
     except Exception as exc:  # the reference or the grader itself failed: never a PASS, and said so
         out(f"FAIL: grader error: {_one_line(exc)}")

@@ -439,7 +439,7 @@ def _classify_check(run: _Run, check: StepResult) -> GradeResult | None:
         reason, detail = "check_timeout", check.detail
     elif check.error == "channel_tampered":
         reason, detail = "check_failed", f"grader result channel tampered with: {check.detail}"
-    elif check.error in ("no_result", "memory"):
+    elif check.error in ("no_result", "memory", "solution_exit"):
         reason, detail = "check_failed", check.detail
     else:
         reason, detail = "check_failed", lines[-1] if lines else check.detail
@@ -461,7 +461,8 @@ def _run_probes(run: _Run, sb: Sandbox, ws: Any, wanted: list[str], shape_set: s
     warm = _step(run, sb, "probes", "probe_run", {**base, "mode": "warm"})
     if not warm.ok:
         # the solution's process died or the probes could not run: say so per probe
-        status = ProbeStatus.FAILED if warm.error in ("no_result", "channel_tampered") else ProbeStatus.ERROR
+        status = ProbeStatus.FAILED if warm.error in ("no_result", "channel_tampered", "solution_exit") \
+            else ProbeStatus.ERROR
         return [ProbeResult(p, status, f"probe process: {warm.error}: {warm.detail[:300]}",
                             {}, run.device, run.smoke) for p in wanted]
     verify = _step(run, sb, "probes_verify", "probe_verify",

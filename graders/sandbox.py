@@ -183,7 +183,8 @@ class StepResult:
     step: str
     ok: bool  # a valid result message arrived and the step itself reported success
     result: dict[str, Any] | None  # the grader's result payload
-    error: str | None  # None | grader_error | no_result | no_start | channel_tampered | timeout | memory | setup
+    error: str | None  # None | grader_error | solution_exit | no_result | no_start | channel_tampered | timeout
+    #                    | memory | setup
     detail: str  # human-readable explanation of `error`
     returncode: int | None
     timed_out: bool
@@ -833,7 +834,8 @@ class Sandbox:
                        f"or crashed it", True)
         payload = result_msg.get("result")
         if not result_msg.get("ok"):
-            return res(False, payload if isinstance(payload, dict) else None, "grader_error",
+            kind = "solution_exit" if isinstance(payload, dict) and payload.get("solution_exit") else "grader_error"
+            return res(False, payload if isinstance(payload, dict) else None, kind,
                        str(result_msg.get("error", "grader error")), True)
         if not isinstance(payload, dict):
             return res(False, None, "channel_tampered", "result payload is not an object", True)

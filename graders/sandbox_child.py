@@ -160,8 +160,11 @@ def main() -> None:
         result = table[step](params)
         message = {"ok": True, "result": _jsonable(result)}
     except BaseException as exc:  # SystemExit from a solution included: report, do not die silently
+        # SystemExit/KeyboardInterrupt come from solution code (the graders raise neither): the
+        # parent must count them against the solution, never as a grader (infra) error
         message = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000],
-                   "result": {"traceback": traceback.format_exc()[-6000:]}}
+                   "result": {"traceback": traceback.format_exc()[-6000:],
+                              "solution_exit": not isinstance(exc, Exception)}}
     try:
         send("result", **message)
     finally:
