@@ -329,6 +329,9 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
     """
     privileged = drops_to_nobody() if privileged is None else privileged
     size = str(tmpfs_mib << 20)
+    bw = os.path.realpath(shutil.which(BWRAP) or BWRAP)
+    if privileged and not any(bw.startswith(r.rstrip("/") + "/") for r in ro):
+        ro = [*ro, os.path.dirname(bw)]  # the inner bwrap runs inside the outer one
     ns = [
         "--unshare-net",
         "--unshare-pid",
@@ -368,7 +371,7 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
     # by the sandbox uid: it starts in /, the inner bwrap (as that uid) enters the cwd
     outer = [BWRAP, *ns, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
              "--chdir", "/"]
-    inner = [BWRAP, *confine, "--dev-bind", "/", "/", "--die-with-parent", "--chdir", str(cwd)]
+    inner = [bw, *confine, "--dev-bind", "/", "/", "--die-with-parent", "--chdir", str(cwd)]
     return [*outer, python, "-I", "-c", _DROP, *inner]
 
 

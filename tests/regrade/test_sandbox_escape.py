@@ -109,6 +109,7 @@ os._exit(0)
     # take the service down: the parent, pid 1, every process it may signal
     "kill_parent": '''
 import signal
+report(ppid=os.getppid(), kill={"pending": True})  # before the kills: the step may end with them
 res = {}
 for name, pid in (("ppid", os.getppid()), ("one", 1)):
     try:
