@@ -325,6 +325,8 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
         # bwrap passed its probe run but cannot start this interpreter (or hides the GPU) here:
         # only the operator's unsafe flag allows the plain subprocess, and the provenance says so
         why = "hid the GPU from torch" if no_gpu_inside else f"failed to start the check: {check.detail[:300]}"
+        if no_gpu_inside and not any(Path("/dev").glob("nvidia[0-9]*")):
+            return _infra(run, "no_cuda_device", "no NVIDIA device on this host (torch in the sandbox sees none)")
         if not run.allow_unsafe:
             return _infra(run, "sandbox_unavailable", f"bwrap {why}; refusing to run without it (no unsafe flag)")
         run.extra["sandbox_reason"] = f"bwrap {why}"
