@@ -351,6 +351,7 @@ def audit_path(
     regrade_timeout_s: float = 3600.0,
     limits: Limits | None = None,
     regrade_mode: str | None = None,
+    allow_unsafe_sandbox: bool | None = None,
 ) -> VerdictResult:
     """Unpack `path` into a temporary folder, audit it, optionally regrade, clean up.
 
@@ -363,6 +364,7 @@ def audit_path(
     """
     from audit_rules.pipeline import RegradeRequest, judge_file
 
-    req = (RegradeRequest(device=regrade_device, timeout_s=regrade_timeout_s, mode=regrade_mode)
+    req = (RegradeRequest(device=regrade_device, timeout_s=regrade_timeout_s, mode=regrade_mode,
+                          allow_unsafe_sandbox=allow_unsafe_sandbox)
            if regrade_device is not None else None)
     return judge_file(Path(path), decks, limits=limits, regrade=req, grade=grade, other_run_ids=other_run_ids).verdict

@@ -100,6 +100,7 @@ class RegradeRequest:
     run_dir: str = ""
     regrade_fn: RegradeFn | None = None  # graders.regrade.regrade unless a door passes its own
     mode: str | None = None  # official | hardened | both; None: the deck's default (graders.regrade)
+    allow_unsafe_sandbox: bool | None = None  # None: the setting (graders.sandbox refuses without bwrap)
 
 
 @dataclass
@@ -132,6 +133,8 @@ def _regrade(archive: UnpackedArchive, run: ParsedRun, deck: DeckSnapshot, findi
     with tempfile.TemporaryDirectory(prefix="kaudit-regrade-stage-") as tmp:
         sol_dir = stage_solution(archive, Path(tmp) / "solution")
         extra: dict[str, Any] = {"mode": req.mode} if req.mode else {}
+        if req.allow_unsafe_sandbox is not None:
+            extra["allow_unsafe_sandbox"] = req.allow_unsafe_sandbox
         grade = fn(sol_dir, run.problem, Path(deck.root), device=req.device, probes=probes, lock=req.lock,
                    timeout_s=req.timeout_s, progress=req.progress, gpu=req.gpu, run_dir=req.run_dir, **extra)
     return grade, probes

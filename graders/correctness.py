@@ -14,6 +14,15 @@ Order matters and is part of the contract:
    repeated calls and two in-place overwrites of the inputs keeping the data pointer (one that bumps
    the version counter, one that does not): the output must track the new data.
 
+What decides correctness is not this process: the solution runs here, so it can patch anything
+the comparison uses (`torch.Tensor.__int__`, `count_nonzero`, the grader's own functions). With
+`record_dir`, every graded output of the shape x seed x case grid is written as raw bytes (dtype,
+shape, contiguous storage) right after the solution returned and before the reference of that
+case exists in this process; `verify_recorded` then rebuilds every case from the deck in a
+process that never imports the solution and compares those bytes (graders.regrade runs it after
+the solution's process is gone). The in-process comparison stays for its log lines and for fast
+failure; a PASS here that the verifier refutes is a forged check.
+
 Outputs must be plain `torch.Tensor` objects (exact type, no subclass or lazy wrapper) of the
 reference's dtype, device and shape; NaN/inf fails; closeness is elementwise
 |o - r| <= atol + rtol * |r|. Top-k indices are checked by gathering the input at them (ties are
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import math
 import os
 import random
@@ -67,6 +77,15 @@ _full_like = torch.full_like
 _Tensor = torch.Tensor
 _fn_stack_len = torch._C._len_torch_function_stack
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
+# The raw-output recorder uses only these: C methods of the (immutable) TensorBase type, the
+# torch-function switch and os-level file calls, bound before any solution code runs.
+_TB = torch._C.TensorBase
+_tb_detach, _tb_to, _tb_contiguous, _tb_reshape, _tb_view, _tb_numpy = (
+    _TB.detach, _TB.to, _TB.contiguous, _TB.reshape, _TB.view, _TB.numpy)
+_DisableTorchFunction = torch._C.DisableTorchFunction
+_os_open, _os_write, _os_close, _json_dumps, _type, _str = os.open, os.write, os.close, json.dumps, type, str
+_uint8 = torch.uint8
+MAX_RECORD_BYTES = 1 << 31  # one recorded output file
 
 
 class _GraderIntegrity:
@@ -298,6 +317,148 @@ def _compare_topk(out: Any, ref_out: Any, tol: Tolerance, where: _Where, x: _Ten
 
 
 # ---------------------------------------------------------------------------------------------
+# Raw output records (written in the solution's process, judged in the verifier's)
+
+
+class OutputRecorder:
+    """Writes each graded output as `<key>.out`: one JSON header line, then the raw bytes."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = _str(folder)
+
+    def record(self, key: str, out: Any) -> None:
+        header: dict[str, Any]
+        blobs: list[bytes] = []
+        if _type(out) is _Tensor:
+            tensors, kind = [out], "tensor"
+        elif _type(out) in (tuple, list):
+            tensors, kind = list(out), "sequence"
+        else:
+            tensors, kind = [], "other"
+        metas = []
+        with _DisableTorchFunction():
+            for t in tensors:
+                if _type(t) is not _Tensor:
+                    kind = "other"
+                    break
+                flat = _tb_reshape(_tb_contiguous(_tb_to(_tb_detach(t), "cpu")), (-1,))
+                data = _tb_numpy(_tb_view(flat, _uint8)).tobytes() if flat.numel() else b""
+                metas.append({"dtype": _str(t.dtype), "shape": [int(d) for d in t.shape], "nbytes": len(data)})
+                blobs.append(data)
+        if kind == "other":
+            header = {"kind": "other", "type": f"{_type(out).__module__}.{_type(out).__qualname__}"}
+            blobs = []
+        else:
+            header = {"kind": kind, "tensors": metas}
+        fd = _os_open(f"{self.folder}/{key}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _os_write(fd, (_json_dumps(header) + "\n").encode())
+            for b in blobs:
+                view = memoryview(b)
+                while view:
+                    n = _os_write(fd, view)
+                    view = view[n:]
+        finally:
+            _os_close(fd)
+
+
+def _dtype_named(name: str) -> torch.dtype:
+    dt = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dt
+
+
+def load_record(path: Path, expect_bytes: int) -> Any:
+    """The output a record holds (a tensor, a list of tensors, or a description of what it was)."""
+    if not path.is_file():
+        raise _Fail(f"no recorded output {path.name}: the solution's process did not write it")
+    if path.stat().st_size > expect_bytes + (1 << 20):
+        raise _Fail(f"recorded output {path.name} is larger than the reference output could be")
+    raw = path.read_bytes()
+    head, _, body = raw.partition(b"\n")
+    header = json.loads(head)
+    if header.get("kind") == "other":
+        return f"<{header.get('type', '?')}>"
+    out: list[torch.Tensor] = []
+    pos = 0
+    for meta in header.get("tensors") or []:
+        dt = _dtype_named(str(meta["dtype"]))
+        shape = [int(d) for d in meta["shape"]]
+        n = int(meta["nbytes"])
+        numel = math.prod(shape)
+        if n != numel * torch.empty((), dtype=dt).element_size() or pos + n > len(body):
+            raise _Fail(f"recorded output {path.name} is malformed (size does not match dtype x shape)")
+        chunk = bytearray(body[pos:pos + n])
+        pos += n
+        flat = torch.frombuffer(chunk, dtype=torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
+        out.append(flat.view(dt).reshape(shape) if n else torch.empty(shape, dtype=dt))
+    if pos != len(body):
+        raise _Fail(f"recorded output {path.name} is malformed (trailing bytes)")
+    return out[0] if header.get("kind") == "tensor" and len(out) == 1 else out
+
+
+def _grid(spec: ProblemSpec, shapes: str, seeds: Sequence[int]) -> list[tuple[int, dict[str, Any], int,
+                                                                              StressCase | None]]:
+    cases: list[StressCase | None] = [None, *spec.numeric_stress]
+    return [(si, shape, seed, case) for si, shape in enumerate(spec.shape_list(shapes)) for seed in seeds
+            for case in cases]
+
+
+def record_key(si: int, seed: int, case: StressCase | None) -> str:
+    name = case.name if case else "nominal"
+    safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
+    return f"check_s{si}_seed{seed}_{safe}"
+
+
+def verify_recorded(problem_dir: Path, record_dir: Path, *, device: str, shapes: str,
+                    seeds: Sequence[int] = DEFAULT_SEEDS) -> dict[str, Any]:
+    """Trusted side of the check: every case rebuilt from the deck, its reference computed here,
+    compared with the raw bytes the solution's process recorded. Never imports the solution."""
+    spec = load_problem(Path(problem_dir))
+    lines: list[str] = []
+    n = 0
+    try:
+        for si, shape, seed, case in _grid(spec, shapes, seeds):
+            spec.apply_shape(shape)
+            name = case.name if case else "nominal"
+            where = _Where(si, shape, seed, name)
+            torch.manual_seed(seed)
+            init = list(spec.reference.get_init_inputs())
+            with spec.draw_context(device):
+                ref = spec.model_class(*init).to(device).eval()
+            inputs = _model_inputs(spec, seed, device)
+            if case is not None:
+                for pos, factor in case.scale_inputs.items():
+                    _scale_(inputs[pos], factor)
+                for sname, factor in case.scale_state.items():
+                    _scale_(_state_tensor(ref, sname), factor)
+            x0 = inputs[0].clone() if inputs and isinstance(inputs[0], torch.Tensor) else None
+            with torch.no_grad():
+                ref_out = ref(*inputs)
+            refs = list(ref_out) if isinstance(ref_out, (tuple, list)) else [ref_out]
+            expect = sum(r.numel() * r.element_size() for r in refs if isinstance(r, torch.Tensor))
+            try:
+                got = load_record(Path(record_dir) / f"{record_key(si, seed, case)}.out", expect)
+            except _Fail as f:
+                raise _Fail(where.fail(f.line)) from None
+            except (ValueError, KeyError, TypeError) as exc:
+                raise _Fail(where.fail(f"recorded output unreadable: {_one_line(exc)}")) from None
+            if isinstance(got, str):
+                raise _Fail(where.fail(f"output is {got.strip('<>')}, not a plain torch.Tensor"))
+            got = [g.to(r.device) if isinstance(r, torch.Tensor) else g for g, r in zip(got, refs, strict=False)] \
+                if isinstance(got, list) else got.to(ref_out.device)
+            compare_output(got, ref_out, case.tolerance if case else spec.tolerance, spec.output, where, x0)
+            n += 1
+            del ref, inputs, ref_out, got
+    except _Fail as f:
+        lines.append(f.line)
+        return {"passed": False, "lines": lines, "cases": n}
+    lines.append(f"verifier: {n} recorded outputs match the reference (computed without the solution)")
+    return {"passed": True, "lines": lines, "cases": n}
+
+
+# ---------------------------------------------------------------------------------------------
 # Model construction, inputs, stress
 
 
@@ -365,23 +526,28 @@ class _Runner:
         try:
             with _solution_stdout():
                 sol = build_solution_model(self.sol_model, init, self.device)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from the solution too
             raise _Fail(where.fail(f"runtime error: Model construction: {_one_line(exc)}")) from None
         try:
             with _solution_stdout():
                 sol.load_state_dict(ref.state_dict(), strict=True)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from the solution too
             raise _Fail(check_fail_line("state_dict_mismatch", shape=shape_index, detail=_one_line(exc))) from None
         return ref, sol
 
     def run_pair(
-        self, ref: torch.nn.Module, sol: torch.nn.Module, inputs: list[Any], where: _Where
+        self, ref: torch.nn.Module, sol: torch.nn.Module, inputs: list[Any], where: _Where,
+        record: Callable[[Any], None] | None = None,
     ) -> tuple[Any, Any, torch.Tensor | None]:
         ref_inputs = _clone(inputs)
         x0 = ref_inputs[0].clone() if ref_inputs and isinstance(ref_inputs[0], torch.Tensor) else None
+        # the solution runs (and its output is recorded) before this case's reference output
+        # exists in this process: nothing it could find in memory is the answer
+        out = self.call(sol, inputs, where)
+        if record is not None:
+            record(out)
         with torch.no_grad():
             ref_out = ref(*ref_inputs)
-        out = self.call(sol, inputs, where)
         return out, ref_out, x0
 
     def call(self, sol: torch.nn.Module, inputs: list[Any], where: _Where) -> Any:
@@ -390,7 +556,7 @@ class _Runner:
                 out = sol(*inputs)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from the solution too
             raise _Fail(where.fail(f"runtime error: {_one_line(exc)}")) from None
         _check_modes(where)
         return out
@@ -441,7 +607,7 @@ def _recorded_pass(
             try:
                 with _solution_stdout():
                     sol.load_state_dict(ref.state_dict(), strict=True)
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit from the solution too
                 raise _Fail(check_fail_line("state_dict_mismatch", shape=0, detail=_one_line(exc))) from None
             with torch.no_grad(), _solution_stdout():
                 out = sol(*inputs)
@@ -449,7 +615,7 @@ def _recorded_pass(
                 torch.cuda.synchronize()
     except _Fail:
         raise
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit from the solution too
         if forbidden and runtime_hits(record, forbidden):
             return None  # the forbidden op is the finding; the caller reports it
         note = f"runtime_recorder: error under the recorder ({_one_line(exc)}); case re-run without it"
@@ -490,6 +656,7 @@ def run_check(
     emit: Callable[[str], None] = print,
     property_seed: int | None = None,
     enforce_forbidden: bool = True,
+    record_dir: Path | None = None,
 ) -> CheckOutcome:
     """Check `solution` against the deck problem at `problem_dir`; every line goes to `emit`.
 
@@ -503,7 +670,7 @@ def run_check(
     sys.path.insert(0, folder)
     try:
         return _run_check(solution, problem_dir, device=device, shapes=shapes, seeds=seeds, emit=emit,
-                          property_seed=property_seed, enforce_forbidden=enforce_forbidden)
+                          property_seed=property_seed, enforce_forbidden=enforce_forbidden, record_dir=record_dir)
     finally:
         try:
             sys.path.remove(folder)
@@ -525,6 +692,7 @@ def _run_check(
     emit: Callable[[str], None] = print,
     property_seed: int | None = None,
     enforce_forbidden: bool = True,
+    record_dir: Path | None = None,
 ) -> CheckOutcome:
     lines: list[str] = []
 
@@ -574,8 +742,9 @@ def _run_check(
     integrity = _GraderIntegrity()
     _INTEGRITY.append(integrity)
     try:
+        recorder = OutputRecorder(Path(record_dir)) if record_dir is not None else None
         return _import_and_run(solution, spec, device, shapes, seeds, pseed, forbidden_list, sources,
-                               outcome, out, smoke)
+                               outcome, out, smoke, recorder)
     finally:
         _INTEGRITY.remove(integrity)
         integrity.restore()
@@ -593,6 +762,7 @@ def _import_and_run(
     outcome: CheckOutcome,
     out: Callable[[str], None],
     smoke: bool,
+    recorder: OutputRecorder | None = None,
 ) -> CheckOutcome:
     shape_list = spec.shape_list(shapes)
     from graders import kbh_property
@@ -653,7 +823,9 @@ def _import_and_run(
                     inputs = _model_inputs(spec, seed, device)
                     if case is not None:
                         runner.scale_case(ref, sol, inputs, case, where)
-                    o, r, x0 = runner.run_pair(ref, sol, inputs, where)
+                    key = record_key(si, seed, case)
+                    rec = (lambda o, _k=key: recorder.record(_k, o)) if recorder is not None else None  # type: ignore[union-attr]
+                    o, r, x0 = runner.run_pair(ref, sol, inputs, where, rec)
                     compare_output(o, r, case.tolerance if case else spec.tolerance, spec.output, where, x0)
                     if case is not None and case.scale_state:
                         ref.load_state_dict(base, strict=True)
@@ -691,6 +863,9 @@ def _import_and_run(
             _repeat_and_overwrite(runner, si, shape_list[si], seeds[0])
     except _Fail as f:
         out(f.line)
+        return outcome
+    except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:  # only solution code raises these here
+        out(f"FAIL: runtime error: {_one_line(exc)}")
         return outcome
     except Exception as exc:  # the reference or the grader itself failed: never a PASS, and said so
         out(f"FAIL: grader error: {_one_line(exc)}")

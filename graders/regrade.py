@@ -45,9 +45,11 @@ from graders.sandbox import (
     Sandbox,
     SandboxConfig,
     SandboxSetupError,
+    SandboxUnavailable,
     StepResult,
     Workspace,
     prepare_workspace,
+    unsafe_allowed_by_env,
 )
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -68,6 +70,24 @@ INFRA_PATTERNS: tuple[tuple[str, str], ...] = (
     ("grader_missing", r"No module named 'graders"),
 )
 OOM_PATTERN = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+
+# Text the solution controls (its exception messages) inside reader-facing lines: the type stays,
+# the message goes to GradeResult.operator_output (a solution can raise with any file's content).
+_SOLUTION_TEXT = re.compile(
+    r"(solution import error: |runtime error: (?:Model construction: )?|state_dict mismatch at shape \d+ \(|"
+    r"probe could not run: |solution raised: |grader error: )([A-Za-z_][\w.]*)(: [^\n]*)")
+WITHHELD = "[message withheld: operator-only]"
+OPERATOR_OUTPUT_BYTES = 16000  # per entry of GradeResult.operator_output
+_OPERATOR_KEYS = ("traceback", "stderr_tail", "stdout_tail", "probe_error")
+
+
+def withhold(text: str) -> str:
+    """`text` with the solution's exception messages withheld (kept: the exception type)."""
+    def sub(m: re.Match[str]) -> str:
+        tail = ")" if m.group(1).endswith("(") else ""
+        return f"{m.group(1)}{m.group(2)}: {WITHHELD}{tail}"
+
+    return _SOLUTION_TEXT.sub(sub, text)
 
 
 def classify_infra(text: str) -> str | None:
@@ -113,7 +133,13 @@ class _Run:
         self.env: dict[str, Any] = {}
         self.lock: LockHandle | None = None
         self.sandbox_mode = "none"
+        self.allow_unsafe = False
         self.extra: dict[str, Any] = {}
+        self.operator: dict[str, str] = {}  # operator-only output of the steps (bounded)
+
+    def keep(self, key: str, text: str) -> None:
+        if text:
+            self.operator[key] = text[-OPERATOR_OUTPUT_BYTES:]
 
     def emit(self, phase: str, **info: Any) -> None:
         if self.progress is not None:
@@ -169,10 +195,11 @@ def regrade(
     gpu: int = 0,
     shapes: str | None = None,
     sandbox_mode: str = "auto",
-    mem_limit_mib: int | None = 65536,
+    mem_limit_mib: int | None = None,
     run_dir: str = "",
     scratch_dir: Path | None = None,
     mode: str | None = None,
+    allow_unsafe_sandbox: bool | None = None,
 ) -> GradeResult:
     """Grade one solution on an idle locked GPU, in `mode`, then probe it.
 
@@ -187,6 +214,11 @@ def regrade(
     Triton interpreter) and never publish-grade; no GPU lock is taken.
     ValueError: an unknown problem or mode, or a mode asked for explicitly that this deck/device
     cannot run (the message says why).
+
+    Untrusted code runs under bubblewrap only (graders.sandbox): without a usable bubblewrap the
+    regrade is an infra failure `sandbox_unavailable`, unless `allow_unsafe_sandbox` (default: the
+    KAUDIT_ALLOW_UNSAFE_SANDBOX environment flag) lets it run as a plain subprocess, recorded in
+    the provenance. `mem_limit_mib` is clamped to a share of the host's memory (None: that share).
     """
     problem_dir = (Path(deck_root) / problem).resolve()
     if not (problem_dir / "problem.yaml").is_file():
@@ -206,11 +238,38 @@ def regrade(
     wanted = probe_names.normalise(probes, device)
     run = _Run(Path(solution_dir), problem_dir, device, gpu if device == "cuda" else None, progress, smoke)
     run.extra["mode"] = chosen
+    run.allow_unsafe = unsafe_allowed_by_env() if allow_unsafe_sandbox is None else bool(allow_unsafe_sandbox)
     tmp = Path(tempfile.mkdtemp(prefix="kaudit-regrade-", dir=scratch_dir))
     try:
-        return _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir, chosen)
+        grade = _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir, chosen)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return _for_readers(run, grade)
+
+
+def _for_readers(run: _Run, grade: GradeResult) -> GradeResult:
+    """Move the solution-controlled text out of every reader-facing field into operator_output."""
+    if any(_SOLUTION_TEXT.search(ln) for ln in grade.check_lines):
+        run.keep("check_lines", "\n".join(grade.check_lines))
+    grade.check_lines = [withhold(ln) for ln in grade.check_lines]
+    if grade.detail:
+        if _SOLUTION_TEXT.search(grade.detail):
+            run.keep("detail", grade.detail)
+        grade.detail = withhold(grade.detail)
+    for p in grade.probes:
+        for key in _OPERATOR_KEYS:
+            if key in p.numbers:
+                run.keep(f"probe.{p.probe}.{key}", str(p.numbers.pop(key)))
+        for row in p.numbers.get("shapes") or []:
+            if isinstance(row, dict):
+                for key in _OPERATOR_KEYS:
+                    if key in row:
+                        run.keep(f"probe.{p.probe}.s{row.get('shape_index')}.{key}", str(row.pop(key)))
+                if isinstance(row.get("summary"), str):
+                    row["summary"] = withhold(row["summary"])
+        p.summary = withhold(p.summary)
+    grade.operator_output = dict(run.operator)
+    return grade
 
 
 def _infra(run: _Run, reason: str, detail: str, check_lines: list[str] | None = None) -> GradeResult:
@@ -402,34 +461,50 @@ def _step(run: _Run, sb: Sandbox, name: str, step: str, params: dict[str, Any], 
 
     res = sb.run(step, params, trusted=trusted, timeout_s=timeout_s, on_progress=forward)
     run.timings[name] = run.timings.get(name, 0.0) + (time.monotonic() - t)
+    run.keep(f"{name}.stdout", res.stdout_tail)
+    run.keep(f"{name}.stderr", res.stderr_tail)
+    run.keep(f"{name}.traceback", str((res.result or {}).get("traceback") or ""))
     return res
 
 
 def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: float, sandbox_mode: str,
             mem_limit_mib: int | None) -> GradeResult:
     config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s, mem_limit_mib=mem_limit_mib,
-                           mode=sandbox_mode)
+                           mode=sandbox_mode, allow_unsafe=run.allow_unsafe)
     try:
         sb = Sandbox(ws, config, _deck_dirs(run.problem_dir))
+    except SandboxUnavailable as exc:
+        run.extra["sandbox_refused"] = str(exc)
+        return _infra(run, "sandbox_unavailable", str(exc))
     except SandboxSetupError as exc:
         return _infra(run, "sandbox_setup", str(exc))
     run.sandbox_mode = sb.mode
+    run.extra["sandbox"] = sb.facts()
     if sb.mode == SANDBOX_SUBPROCESS:
         run.extra["sandbox_reason"] = sb.mode_reason
 
     common = {"solution": str(ws.solution), "problem_dir": str(run.problem_dir), "device": run.device,
               "shapes": shape_set}
-    check = _step(run, sb, "check", "check", common)
+    record_dir = ws.out / "check"
+    check_params = {**common, "record_dir": str(record_dir)}
+    sb.fresh_dir(record_dir)
+    check = _step(run, sb, "check", "check", check_params)
     env_seen = dict((check.result or {}).get("env") or {})
     no_gpu_inside = run.device == "cuda" and check.ok and not env_seen.get("cuda_available")
     if (check.error == "no_start" or no_gpu_inside) and sb.mode != SANDBOX_SUBPROCESS and sandbox_mode == "auto":
         # bwrap passed its probe run but cannot start this interpreter (or hides the GPU) here:
-        # fall back to the plain subprocess, and say so in the provenance
+        # only the operator's unsafe flag allows the plain subprocess, and the provenance says so
         why = "hid the GPU from torch" if no_gpu_inside else f"failed to start the check: {check.detail[:300]}"
+        if no_gpu_inside and not any(Path("/dev").glob("nvidia[0-9]*")):
+            return _infra(run, "no_cuda_device", "no NVIDIA device on this host (torch in the sandbox sees none)")
+        if not run.allow_unsafe:
+            return _infra(run, "sandbox_unavailable", f"bwrap {why}; refusing to run without it (no unsafe flag)")
         run.extra["sandbox_reason"] = f"bwrap {why}"
         sb = Sandbox(ws, SandboxConfig(**{**config.__dict__, "mode": "subprocess"}), _deck_dirs(run.problem_dir))
         run.sandbox_mode = sb.mode
-        check = _step(run, sb, "check", "check", common)
+        run.extra["sandbox"] = sb.facts()
+        sb.fresh_dir(record_dir)
+        check = _step(run, sb, "check", "check", check_params)
     run.env = dict((check.result or {}).get("env") or {})
     if check.ok and run.device == "cuda" and not run.env.get("cuda_available"):
         return _infra(run, "no_cuda_device", "torch in the sandbox sees no CUDA device")
@@ -445,6 +520,9 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
     assert check.result is not None
     check_lines = list(check.result.get("lines") or [])
     framework = check.result.get("framework")
+    forged = _verify_check(run, sb, check_params, check_lines, framework, wanted, shape_set, ws, timeout_s)
+    if forged is not None:
+        return forged
 
     bench = _step(run, sb, "benchmark", "bench", common)
     bench_lines: list[str] = []
@@ -470,6 +548,33 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
     return GradeResult(correct=True, check_lines=check_lines, benchmark_lines=bench_lines, peak_fraction=peak,
                        shapes=shapes, failure_reason=failure_reason, infra_failure=False, framework=framework,
                        provenance=run.provenance(), probes=probe_results, detail=detail)
+
+
+def _verify_check(run: _Run, sb: Sandbox, params: dict[str, Any], check_lines: list[str], framework: Any,
+                  wanted: list[str], shape_set: str, ws: Any, timeout_s: float) -> GradeResult | None:
+    """The check's PASS stands only if the verifier (a child that never imported the solution, run
+    after the solution's process is gone) finds every recorded output equal to its reference."""
+    res = _step(run, sb, "check_verify", "check_verify", params, trusted=True)
+    if res.ok and res.result is not None and res.result.get("passed"):
+        run.extra["check_verified"] = {"cases": res.result.get("cases")}
+        return None
+    if not res.ok or res.result is None:
+        text = f"{res.detail}\n{res.stderr_tail}\n{(res.result or {}).get('traceback', '')}"
+        return _infra(run, classify_infra(text) or "grader_error", f"check verifier: {res.error}: {res.detail}",
+                      check_lines)
+    lines = list(res.result.get("lines") or [])
+    run.extra["check_verified"] = {"cases": res.result.get("cases"), "refuted": lines[-1] if lines else ""}
+    run.extra["check_forged"] = True
+    detail = ("the solution's process reported PASS but the verifier (reference computed in a process that never "
+              f"imported the solution) refutes it: {lines[-1] if lines else '?'}")
+    run.emit("done", outcome="fail", reason="check_forged")
+    grade = GradeResult(correct=False, check_lines=[*[ln for ln in check_lines if ln != "PASS"], *lines],
+                        benchmark_lines=[], peak_fraction=None, shapes=[], failure_reason="check_failed",
+                        infra_failure=False, framework=framework, provenance=run.provenance(), detail=detail)
+    if wanted:
+        grade.probes = _run_probes(run, sb, ws, wanted, shape_set, timeout_s)
+        grade.provenance = run.provenance()
+    return grade
 
 
 def _shape(raw: dict[str, Any]) -> ShapeResult:
@@ -506,7 +611,7 @@ def _classify_check(run: _Run, check: StepResult) -> GradeResult | None:
         reason, detail = "check_timeout", check.detail
     elif check.error == "channel_tampered":
         reason, detail = "check_failed", f"grader result channel tampered with: {check.detail}"
-    elif check.error in ("no_result", "memory"):
+    elif check.error in ("no_result", "memory", "solution_exit"):
         reason, detail = "check_failed", check.detail
     else:
         reason, detail = "check_failed", lines[-1] if lines else check.detail
@@ -521,23 +626,23 @@ def _run_probes(run: _Run, sb: Sandbox, ws: Any, wanted: list[str], shape_set: s
     base = {"problem_dir": str(run.problem_dir), "solution": str(ws.solution), "device": run.device,
             "probes": wanted, "out_dir": str(ws.out), "shapes": shape_set, "smoke": run.smoke}
     # nothing an earlier step (the check/benchmark child) planted may pass for a probe output
-    shutil.rmtree(ws.out, ignore_errors=True)
-    ws.out.mkdir(parents=True)
+    sb.fresh_dir(ws.out)
     fresh: StepResult | None = None
     if "fresh_vs_warm" in wanted:
         fresh = _step(run, sb, "probes_fresh", "probe_run", {**base, "mode": "fresh"})
     warm = _step(run, sb, "probes", "probe_run", {**base, "mode": "warm"})
     if not warm.ok:
         # the solution's process died or the probes could not run: say so per probe
-        status = ProbeStatus.FAILED if warm.error in ("no_result", "channel_tampered") else ProbeStatus.ERROR
+        status = ProbeStatus.FAILED if warm.error in ("no_result", "channel_tampered", "solution_exit") \
+            else ProbeStatus.ERROR
         return [ProbeResult(p, status, f"probe process: {warm.error}: {warm.detail[:300]}",
-                            {"stderr_tail": warm.stderr_tail[-1500:]}, run.device, run.smoke) for p in wanted]
+                            {}, run.device, run.smoke) for p in wanted]
     verify = _step(run, sb, "probes_verify", "probe_verify",
                    {**base, "warm_manifest": warm.result, "fresh_manifest": fresh.result if fresh and fresh.ok else {}},
                    trusted=True)
     if not verify.ok or verify.result is None:
         return [ProbeResult(p, ProbeStatus.ERROR, f"verifier: {verify.error}: {verify.detail[:300]}",
-                            {"stderr_tail": verify.stderr_tail[-1500:]}, run.device, run.smoke) for p in wanted]
+                            {}, run.device, run.smoke) for p in wanted]
     out = []
     for d in verify.result.get("probes") or []:
         out.append(ProbeResult(probe=d["probe"], status=ProbeStatus(d["status"]), summary=d["summary"],

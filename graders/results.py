@@ -94,6 +94,10 @@ class GradeResult:
     official: dict[str, Any] | None = None
     hardened: dict[str, Any] | None = None
     disagreements: list[str] = field(default_factory=list)
+    # OPERATOR-ONLY (never show it to readers; a service must gate it on the operator role): what
+    # the solution's processes printed and the text of the exceptions they raised, bounded. Every
+    # reader-facing field above carries that text withheld ("[message withheld: operator-only]").
+    operator_output: dict[str, str] = field(default_factory=dict)
 
     def evidence(self) -> dict[str, Any]:
         """What a reader needs to see why the regrade decided as it did (bounded, JSON-ready):

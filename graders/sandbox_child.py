@@ -84,6 +84,7 @@ def step_check(params: dict[str, Any]) -> dict[str, Any]:
         device=params["device"],
         shapes=params["shapes"],
         emit=_emitter(lines, "check"),
+        record_dir=Path(params["record_dir"]) if params.get("record_dir") else None,
     )
     framework = getattr(outcome, "framework", None)
     return {
@@ -94,6 +95,14 @@ def step_check(params: dict[str, Any]) -> dict[str, Any]:
         "framework_evidence": _jsonable(getattr(framework, "evidence", None)),
         "dispatched_ops": sorted(getattr(outcome, "dispatched_ops", set()) or []),
     }
+
+
+def step_check_verify(params: dict[str, Any]) -> dict[str, Any]:
+    """Trusted: the check's recorded outputs against references computed here (no solution import)."""
+    from graders.correctness import verify_recorded
+
+    return verify_recorded(Path(params["problem_dir"]), Path(params["record_dir"]), device=params["device"],
+                           shapes=params["shapes"])
 
 
 def step_bench(params: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +146,7 @@ def step_official(params: dict[str, Any]) -> dict[str, Any]:
 
 UNTRUSTED_STEPS = {"env": step_env, "check": step_check, "bench": step_bench, "probe_run": step_probe_run,
                    "official": step_official}
-TRUSTED_STEPS = {"env": step_env, "probe_verify": step_probe_verify}
+TRUSTED_STEPS = {"env": step_env, "probe_verify": step_probe_verify, "check_verify": step_check_verify}
 
 
 def main() -> None:
@@ -160,8 +169,11 @@ def main() -> None:
         result = table[step](params)
         message = {"ok": True, "result": _jsonable(result)}
     except BaseException as exc:  # SystemExit from a solution included: report, do not die silently
+        # SystemExit/KeyboardInterrupt come from solution code (the graders raise neither): the
+        # parent must count them against the solution, never as a grader (infra) error
         message = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000],
-                   "result": {"traceback": traceback.format_exc()[-6000:]}}
+                   "result": {"traceback": traceback.format_exc()[-6000:],
+                              "solution_exit": not isinstance(exc, Exception)}}
     try:
         send("result", **message)
     finally:

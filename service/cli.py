@@ -380,6 +380,8 @@ def audit(
     jobs: Annotated[int, Opt(min=1, max=64, help="archives audited at once (a process pool)")] = 1,
     mode: Annotated[str | None, Opt(help="official | hardened | both (with --regrade; default: both when the "
                                          "deck has a harness, else hardened)")] = None,
+    unsafe_no_sandbox: Annotated[bool, Opt("--unsafe-no-sandbox", help="with --regrade: run the solution as a plain "
+                                           "subprocess when bubblewrap is unusable (weaker; recorded)")] = False,
 ) -> None:
     """Audit archives through the verdict pipeline: registered decks of the configured DB plus the bundled deck.
 
@@ -412,7 +414,8 @@ def audit(
     if do_regrade:
         lock = LockConfig(path_template=settings.gpu_lock_path, timeout_s=max(settings.gpu_busy_timeout_s, 1.0))
         regrade = RegradeRequest(device=device, probes=probe_list, timeout_s=settings.regrade_timeout_s,
-                                 lock=lock if device == "cuda" else None, mode=mode)
+                                 lock=lock if device == "cuda" else None, mode=mode,
+                                 allow_unsafe_sandbox=True if (unsafe_no_sandbox or settings.allow_unsafe_sandbox) else None)
     state = {"decks": svc.decks.snapshots(), "limits": settings.limits, "regrade": regrade,
              "others": frozenset(svc.runs.run_ids()), "full": as_json}
     svc.db.dispose()  # nothing below touches the database (and pool processes must not share it)

@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     worker_device: Literal["cuda", "cpu"] = "cuda"
     gpu_busy_timeout_s: float = Field(default=600.0, ge=0, description="wait for foreign GPU processes")
     regrade_timeout_s: float = Field(default=3600.0, gt=0)
+    allow_unsafe_sandbox: bool = Field(
+        default=False,
+        description="run regrades as a plain subprocess when bubblewrap is unusable (unsafe; recorded in the "
+                    "provenance). Read by the grader from KAUDIT_ALLOW_UNSAFE_SANDBOX itself",
+    )
 
     auto_migrate: bool = Field(default=True, description="run `alembic upgrade head` when a command starts")
 

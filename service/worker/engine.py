@@ -296,6 +296,8 @@ class JobProcessor:
             device=self.device, probes=claim.probes or None, timeout_s=self.settings.regrade_timeout_s, lock=lock,
             gpu=self.gpu or 0, progress=live.update, run_dir=f"kaudit-job-{claim.job_id}:{run.run_id}",
             regrade_fn=self.regrade_fn, mode=claim.mode or None,
+            # the operator's explicit unsafe flag (regrades refuse to run without bubblewrap otherwise)
+            allow_unsafe_sandbox=True if self.settings.allow_unsafe_sandbox else None,
         )
         t0 = time.monotonic()
         judged = judge(unpacked, parsed, decks, regrade=request, other_run_ids=others)

@@ -14,7 +14,8 @@ from tests.regrade.conftest import DECK, FIXTURES, FP8, sandbox_modes
 
 def _sandbox(tmp_path: Path, solution: Path, mode: str, timeout_s: float = 120) -> Sandbox:
     ws = prepare_workspace(solution, tmp_path / "ws")
-    return Sandbox(ws, SandboxConfig(device="cpu", timeout_s=timeout_s, mode=mode), [FP8])
+    return Sandbox(ws, SandboxConfig(device="cpu", timeout_s=timeout_s, mode=mode, allow_unsafe=mode == "subprocess"),
+                   [FP8])
 
 
 @pytest.mark.parametrize("mode", sandbox_modes())
@@ -33,7 +34,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, mode: str) -> Non
 @pytest.mark.parametrize("mode", sandbox_modes())
 def test_forged_stdout_and_fake_channel_messages_are_ignored(tmp_path: Path, mode: str) -> None:
     grade = regrade(FIXTURES / "forge_stdout.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300,
-                    sandbox_mode=mode)
+                    sandbox_mode=mode,
+                    allow_unsafe_sandbox=mode == "subprocess")
     assert grade.correct is False
     assert not grade.infra_failure
     assert "PASS" not in grade.check_lines
@@ -48,14 +50,16 @@ def test_solution_exiting_early_yields_no_result_and_a_fail(tmp_path: Path, mode
                            "shapes": "small"})
     assert res.started and res.error == "no_result" and res.result is None
     grade = regrade(FIXTURES / "exit_early.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300,
-                    sandbox_mode=mode)
+                    sandbox_mode=mode,
+                    allow_unsafe_sandbox=mode == "subprocess")
     assert grade.correct is False and not grade.infra_failure
     assert grade.failure_reason == "check_failed"
 
 
 def test_sandbox_that_cannot_start_is_an_infra_failure(tmp_path: Path) -> None:
     ws = prepare_workspace(FIXTURES / "honest_torch.py", tmp_path / "ws")
-    sb = Sandbox(ws, SandboxConfig(device="cpu", mode="subprocess", python=str(tmp_path / "no-python")), [FP8])
+    sb = Sandbox(ws, SandboxConfig(device="cpu", mode="subprocess", python=str(tmp_path / "no-python"),
+                                   allow_unsafe=True), [FP8])
     res = sb.run("check", {})
     assert res.error == "setup" and not res.started
 
@@ -85,6 +89,84 @@ def test_bwrap_blocks_network_and_foreign_files(tmp_path: Path) -> None:
     assert isolated.provenance is not None and isolated.provenance.sandbox == "bwrap"
     assert isolated.correct is True, isolated.check_lines
     # the same solution outside bubblewrap reads the file: the weaker sandbox is visible
-    weak = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, sandbox_mode="subprocess")
+    weak = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, sandbox_mode="subprocess",
+                   allow_unsafe_sandbox=True)
     assert weak.provenance is not None and weak.provenance.sandbox == SANDBOX_SUBPROCESS
     assert weak.correct is False
+
+
+def test_without_bubblewrap_the_regrade_refuses_unless_the_unsafe_flag(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import graders.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed-here")
+    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
+    sandbox.bwrap_works.cache_clear()
+    try:
+        refused = regrade(FIXTURES / "honest_torch.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=120)
+        assert refused.infra_failure and refused.correct is None
+        assert refused.detail and refused.detail.startswith("sandbox_unavailable") and "unsafe" in refused.detail
+        assert refused.provenance is not None and refused.provenance.extra["infra_reason"] == "sandbox_unavailable"
+        assert refused.check_lines == []  # nothing of the solution ran
+        with pytest.raises(sandbox.SandboxUnavailable):
+            sandbox.resolve_mode("subprocess")  # an explicit subprocess mode needs the flag too
+        monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
+        weak = regrade(FIXTURES / "honest_torch.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300)
+        assert weak.correct is True and weak.provenance is not None
+        assert weak.provenance.sandbox == SANDBOX_SUBPROCESS
+        facts = weak.provenance.extra["sandbox"]
+        assert facts["unsafe_flag"] is True and facts["seccomp"] is False and facts["user_namespace"] is False
+        assert "bwrap not installed" in weak.provenance.extra["sandbox_reason"]
+    finally:
+        sandbox.bwrap_works.cache_clear()
+
+
+@pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unusable on this host")
+def test_provenance_records_the_sandbox_and_its_host_derived_limits() -> None:
+    from graders.sandbox import MEM_FRACTION, host_mem_mib
+
+    grade = regrade(FIXTURES / "honest_torch.py", "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300,
+                    mem_limit_mib=1 << 20)
+    assert grade.correct is True and grade.provenance is not None
+    facts = grade.provenance.extra["sandbox"]
+    assert grade.provenance.sandbox == "bwrap" and facts["unsafe_flag"] is False
+    assert facts["uid"] == facts["host_uid"] == 65534 and facts["capabilities"] == "none"
+    assert facts["user_namespace"] and facts["pid_namespace"] and facts["seccomp"] and facts["network"] == "none"
+    assert facts["limits"]["mem_mib"] <= host_mem_mib() * MEM_FRACTION + 1  # 1 TiB asked, clamped to the host
+    assert grade.provenance.extra["check_verified"]["cases"] > 0
+
+
+@pytest.mark.parametrize("mode", sandbox_modes())
+def test_solution_exception_text_is_operator_only(tmp_path: Path, mode: str) -> None:
+    sol = tmp_path / "sol" / "solution.py"
+    sol.parent.mkdir()
+    sol.write_text("import sys\nprint('printed-by-the-solution', file=sys.stderr)\n"
+                   "raise ImportError('root:$6$leaked-hash-of-etc-shadow:19000')\n")
+    grade = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, sandbox_mode=mode,
+                    allow_unsafe_sandbox=mode == "subprocess")
+    assert grade.correct is False and not grade.infra_failure
+    public = "\n".join(grade.check_lines) + (grade.detail or "")
+    assert "leaked-hash" not in public and "printed-by-the-solution" not in public
+    assert "FAIL: solution import error: ImportError: [message withheld: operator-only]" in grade.check_lines
+    private = "\n".join(grade.operator_output.values())
+    assert "leaked-hash" in private and "printed-by-the-solution" in private
+    assert all(len(v) <= 16000 for v in grade.operator_output.values())
+
+
+def test_seccomp_program_shape() -> None:
+    import struct
+
+    from graders.seccomp import AUDIT_ARCH, DENIED, build_filter, denied_numbers
+
+    for arch in ("x86_64", "aarch64"):
+        prog = build_filter(arch)
+        assert len(prog) % 8 == 0 and len(prog) // 8 < 4096
+        insns = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+        assert insns[1][3] == AUDIT_ARCH[arch]  # the arch check comes first
+        ks = {k for code, _jt, _jf, k in insns if code == 0x15}
+        assert set(denied_numbers(arch).values()) <= ks
+        assert insns[-1] == (0x06, 0, 0, 0x7FFF0000)  # the default is allow
+    assert {"mount", "umount2", "ptrace", "bpf", "keyctl", "unshare", "setns", "process_vm_writev",
+            "perf_event_open", "kexec_load", "init_module", "pivot_root"} <= set(DENIED)
+    with pytest.raises(ValueError):
+        build_filter("riscv64")
