@@ -368,7 +368,7 @@ def reaudit(
 ) -> None:
     """Re-judge stored runs with the current rules; append a verdict only where something changed."""
     from service.reaudit import ReauditParams
-    from service.reaudit import reaudit as run_reaudit
+    from service.reaudits.service import ReauditRejected, ReauditService
 
     svc = _services()
     params = ReauditParams(
@@ -378,11 +378,18 @@ def reaudit(
         rules=[r.strip() for r in rules.split(",") if r.strip()] if rules else None, dry_run=dry_run,
     )
     try:
-        result = run_reaudit(svc.settings, svc.db, params, mp_context="fork" if sys.platform == "linux" else None)
-    except ValueError as exc:
+        row, result = ReauditService(svc.settings, svc.db).run_here(
+            params, mp_context="fork" if sys.platform == "linux" else None)
+    except ReauditRejected as exc:
         reject(f"reaudit rejected: {exc}")
+    if result is None:
+        failed = ReauditService(svc.settings, svc.db).get(row.id)
+        typer.echo(f"reaudit {row.id} failed: {failed.error if failed else '?'}", err=True)
+        raise typer.Exit(1)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(json.dumps({"id": row.id, **result.to_dict()}, indent=2))
+        if result.errors:
+            raise typer.Exit(1)
         return
     for d in result.diff:
         before = f"{d['from']['verdict']}{'/hack' if d['from']['reward_hack'] else ''}" if d["from"] else "none"
@@ -395,7 +402,7 @@ def reaudit(
         typer.echo(f"{p['run_id']}\t{'error: ' + p['error'] if 'error' in p else 'skipped: ' + p['skipped']}",
                    err=True)
     s = result.summary()
-    typer.echo(f"# ruleset {s['ruleset']}: examined {s['examined']}, changed {s['changed']}, appended "
+    typer.echo(f"# reaudit {row.id} (GET /reaudits/{row.id}), ruleset {s['ruleset']}: examined {s['examined']}, changed {s['changed']}, appended "
                f"{s['appended']}, errors {s['errors']}, skipped {s['skipped']}, {s['wall_s']} s", err=True)
     if result.errors:
         raise typer.Exit(1)

@@ -57,10 +57,11 @@ class ReauditParams:
     jobs: int = 1
     rules: list[str] | None = None  # rule ids to run (default: every registered rule)
     dry_run: bool = False  # compute and print the diff, append nothing
+    reaudit_id: int | None = None  # the `reaudits` record this re-audit reports to (named in producer_detail)
 
     def to_dict(self) -> dict[str, Any]:
         f = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in vars(self.filters).items()
-             if v is not None}
+             if v is not None and k != "hardware_in"}
         return {"filters": f, "run_ids": self.run_ids, "since_version": self.since_version, "jobs": self.jobs,
                 "rules": self.rules, "dry_run": self.dry_run}
 
@@ -71,7 +72,9 @@ class ReauditParams:
 
 def select_runs(db: Database, params: ReauditParams) -> list[tuple[int, str]]:
     """(pk, run_id) of the runs to re-judge, in id order."""
-    stmt = select(Run.id, Run.run_id).where(*params.filters.clauses())
+    with db.read_session() as session:
+        filters = RunRepository(session).resolve(params.filters)  # a short hardware name, as GET /runs reads it
+    stmt = select(Run.id, Run.run_id).where(*filters.clauses())
     if params.run_ids is not None:
         stmt = stmt.where(Run.run_id.in_(params.run_ids))
     if params.since_version is not None:
@@ -195,6 +198,7 @@ class _State:
     run_ids: frozenset[str]
     rules: tuple[ModuleType, ...] | None
     ruleset: str
+    reaudit_id: int | None = None
 
 
 _STATE: _State | None = None
@@ -212,7 +216,7 @@ def _load_rules(rule_ids: Sequence[str] | None) -> tuple[ModuleType, ...] | None
     return tuple(known[r] for r in sorted(set(rule_ids)))
 
 
-def init_worker(database_url: str, data_dir: str, rule_ids: list[str] | None) -> None:
+def init_worker(database_url: str, data_dir: str, rule_ids: list[str] | None, reaudit_id: int | None = None) -> None:
     """Pool initializer: one engine, the decks, every run id and the rule modules, once per process."""
     global _STATE
     import audit_rules.engine  # noqa: F401  (imports every rule module once, before the first run)
@@ -223,7 +227,8 @@ def init_worker(database_url: str, data_dir: str, rule_ids: list[str] | None) ->
     blobs = BlobStore(settings.blob_dir)
     with db.read_session() as session:
         ids = RunRepository(session).run_ids()
-    _STATE = _State(db, blobs, DeckService(db, blobs).snapshots(), ids, _load_rules(rule_ids), ruleset_version())
+    _STATE = _State(db, blobs, DeckService(db, blobs).snapshots(), ids, _load_rules(rule_ids), ruleset_version(),
+                    reaudit_id)
 
 
 def _judge(state: _State, unpacked: Any, parsed: Any, grade: GradeResult | None, others: frozenset[str]) -> VerdictResult:
@@ -280,7 +285,8 @@ def judge_one(run_pk: int) -> dict[str, Any]:
         grade = grade_from_rows(m, probes) if m is not None else None
         verdict = _judge(state, unpacked, parsed, grade, state.run_ids - {run.run_id})
         verdict.produced_by = Producer.REAUDIT
-        detail = f"reaudit under rules {state.ruleset}"
+        detail = (f"reaudit {state.reaudit_id}" if state.reaudit_id is not None else "reaudit") + \
+            f" under rules {state.ruleset}"
         if m is not None:
             detail += f", with the stored regrade of job {m.job_id} (measurement {m.id}) as evidence; not regraded"
             out["regrade_evidence"] = m.job_id
@@ -326,10 +332,12 @@ class ReauditResult:
         return {**self.summary(), "diff": self.diff, "problems": self.problems}
 
 
-def _outcomes(settings: Settings, pks: list[int], params: ReauditParams, mp_context: str | None
-              ) -> Iterator[dict[str, Any]]:
-    args = (settings.database_url, str(settings.data_dir), params.rules)
-    if params.jobs <= 1 or len(pks) <= 1:
+def _outcomes(settings: Settings, pks: list[int], params: ReauditParams, mp_context: str | None,
+              always_pool: bool = False) -> Iterator[dict[str, Any]]:
+    args = (settings.database_url, str(settings.data_dir), params.rules, params.reaudit_id)
+    if not pks:
+        return
+    if not always_pool and (params.jobs <= 1 or len(pks) <= 1):
         init_worker(*args)
         for pk in pks:
             yield judge_one(pk)
@@ -362,11 +370,18 @@ def _write(db: Database, batch: list[dict[str, Any]], ruleset: str) -> int:
 
 
 def reaudit(settings: Settings, db: Database, params: ReauditParams, *, mp_context: str | None = None,
-            on_progress: Callable[[ReauditResult, int], None] | None = None) -> ReauditResult:
-    """Re-judge the selected runs; append verdict rows where something changed; return the diff."""
+            on_progress: Callable[[ReauditResult, int], None] | None = None,
+            selected: list[tuple[int, str]] | None = None, always_pool: bool = False) -> ReauditResult:
+    """Re-judge the selected runs; append verdict rows where something changed; return the diff.
+
+    `selected` is the (pk, run_id) list when the caller already selected (POST /reaudit counts it
+    before answering); `always_pool` judges in worker processes even with one job (a server must
+    not judge in its own process: the GIL would stall its requests).
+    """
     _load_rules(params.rules)  # bad rule ids fail here, before any pool starts
     t0 = time.perf_counter()
-    selected = select_runs(db, params)
+    if selected is None:
+        selected = select_runs(db, params)
     res = ReauditResult(ruleset=ruleset_version())
     pending: list[dict[str, Any]] = []
 
@@ -375,7 +390,7 @@ def reaudit(settings: Settings, db: Database, params: ReauditParams, *, mp_conte
             res.appended += _write(db, pending, res.ruleset)
         pending.clear()
 
-    for o in _outcomes(settings, [pk for pk, _ in selected], params, mp_context):
+    for o in _outcomes(settings, [pk for pk, _ in selected], params, mp_context, always_pool):
         res.examined += 1
         if "error" in o:
             res.errors += 1
