@@ -456,20 +456,26 @@ def _deck_root(deck: str, problem: str) -> Path | None:
 
 @app.command()
 def worker(
-    gpus: Annotated[str | None, Opt(help="comma-separated GPU indices (default KAUDIT_WORKER_GPUS)")] = None,
-    pool: Annotated[str | None, Opt(help="GPU pool to take jobs from (default KAUDIT_WORKER_GPU_POOL)")] = None,
+    gpus: Annotated[str | None, Opt(help="all (every GPU nvidia-smi lists), or GPU indices such as 0,1 "
+                                         "(default KAUDIT_WORKER_GPUS); one worker process per GPU")] = None,
+    pool: Annotated[str | None, Opt(help="GPU pool (the GPU kind) to take jobs from "
+                                         "(default KAUDIT_WORKER_GPU_POOL)")] = None,
     once: Annotated[bool, Opt(help="process at most one job per GPU, then exit")] = False,
 ) -> None:
-    """Run a regrade worker (service.worker.run_worker)."""
-    from service.worker import run_worker
+    """Run regrade workers: one process per GPU, each pinned with CUDA_VISIBLE_DEVICES (service.worker.multi)."""
+    from service.worker.multi import GpuSpecError, parse_gpus, run_gpu_worker, run_supervisor
 
     settings = _settings()
     _services(settings)  # migrations, when KAUDIT_AUTO_MIGRATE is on
     try:
-        gpu_list = [int(g) for g in gpus.split(",")] if gpus else settings.gpu_indices
-    except ValueError:
-        reject(f"bad --gpus {gpus!r}: expected e.g. 0,1")
-    code = run_worker(settings, gpu_list, pool or settings.worker_gpu_pool, once)
+        gpu_list = parse_gpus(gpus, settings.gpu_indices)
+    except GpuSpecError as exc:
+        reject(str(exc))
+    the_pool = pool or settings.worker_gpu_pool
+    if len(gpu_list) == 1:
+        code = run_gpu_worker(settings, gpu_list[0], the_pool, once)
+    else:
+        code = run_supervisor(gpu_list, the_pool, once)
     raise typer.Exit(int(code or 0))
 
 
