@@ -320,13 +320,17 @@ class ReauditResult:
     moves: Counter[str] = field(default_factory=Counter)
     diff: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # errors and skips, per run
+    judge_s: list[float] = field(default_factory=list)  # per run, inside its pool process
 
     def summary(self) -> dict[str, Any]:
+        js = sorted(self.judge_s)
+        per_run = ({"p50": js[len(js) // 2], "p95": js[min(len(js) - 1, int(len(js) * 0.95))], "max": js[-1],
+                    "sum": round(sum(js), 3)} if js else None)
         return {"ruleset": self.ruleset, "examined": self.examined, "changed": self.changed,
                 "unchanged": self.unchanged, "skipped": self.skipped, "errors": self.errors,
                 "appended": self.appended, "wall_s": round(self.wall_s, 3),
                 "runs_per_s": round(self.examined / self.wall_s, 2) if self.wall_s > 0 else None,
-                "moves": dict(sorted(self.moves.items()))}
+                "judge_s": per_run, "moves": dict(sorted(self.moves.items()))}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "diff": self.diff, "problems": self.problems}
@@ -343,7 +347,10 @@ def _outcomes(settings: Settings, pks: list[int], params: ReauditParams, mp_cont
             yield judge_one(pk)
         return
     ctx = multiprocessing.get_context(mp_context) if mp_context else None
-    chunk = max(1, min(32, len(pks) // (params.jobs * 8) or 1))
+    # One run per task: per-run cost is heavy-tailed (p50 ~0.1 s, the largest real solution ~2 s),
+    # so chunks of consecutive runs leave one process finishing a heavy chunk alone; a task's own
+    # overhead (pickling a pk and an outcome dict) is well under a millisecond.
+    chunk = 1
     with ProcessPoolExecutor(max_workers=params.jobs, mp_context=ctx, initializer=init_worker,
                              initargs=args) as pool:
         yield from pool.map(judge_one, pks, chunksize=chunk)
@@ -392,6 +399,8 @@ def reaudit(settings: Settings, db: Database, params: ReauditParams, *, mp_conte
 
     for o in _outcomes(settings, [pk for pk, _ in selected], params, mp_context, always_pool):
         res.examined += 1
+        if isinstance(o.get("seconds"), float):
+            res.judge_s.append(o["seconds"])
         if "error" in o:
             res.errors += 1
             res.problems.append({"run_id": o.get("run_id"), "error": o["error"]})
