@@ -250,8 +250,38 @@ def _judge(state: _State, unpacked: Any, parsed: Any, grade: GradeResult | None,
     return verdict
 
 
+# Module-level memo dicts of the audit library keyed by id() of one submission's parse (a
+# PyModule / AST node): each entry keeps a whole parsed submission alive, and they are emptied
+# only past 1,000 (50,000 for bodies) entries, so a process that judges run after run grows by
+# ~0.65 MB per run up to ~1 GB. Entries never serve a later run (a new submission each time), so
+# the re-audit worker empties them after every run and stays flat (bench: docs/bench-reaudit.md).
+_PER_SUBMISSION_MEMOS = (
+    ("audit_rules.rules.static._caches", ("_MUTATED", "_STATE", "_CACHE")),
+    ("audit_rules.rules.static._support", ("_GLOBALS_CACHE",)),
+    ("audit_rules.source_model", ("_BODY_CACHE",)),
+)
+
+
+def drop_per_submission_memos() -> None:
+    import sys
+
+    for module_name, names in _PER_SUBMISSION_MEMOS:
+        module = sys.modules.get(module_name)
+        for name in names:
+            memo = getattr(module, name, None)
+            if isinstance(memo, dict):
+                memo.clear()
+
+
 def judge_one(run_pk: int) -> dict[str, Any]:
     """Re-judge one stored run (in a pool process). Returns a picklable outcome."""
+    try:
+        return _judge_one(run_pk)
+    finally:
+        drop_per_submission_memos()
+
+
+def _judge_one(run_pk: int) -> dict[str, Any]:
     state = _STATE
     assert state is not None, "init_worker was not called"
     t0 = time.perf_counter()

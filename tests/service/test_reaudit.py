@@ -71,3 +71,27 @@ def test_cli_reaudit_is_recorded_and_moves_a_verdict_in_a_process_pool(
     assert record.total == 2 and record.done == 2 and record.changed == doc["changed"]
     assert [d["run_id"] for d in record.diff] == [d["run_id"] for d in doc["diff"]]
     assert record.params["jobs"] == 2 and record.params["rules"] == ["KA102", "KA103"]
+
+
+def test_the_pool_worker_drops_the_audit_librarys_per_submission_memos(
+    env: dict[str, str], svc: Services, tmp_path: Path  # noqa: F811
+) -> None:
+    """Each memo holds a whole parsed submission; kept across runs, a worker grows ~0.65 MB per run."""
+    import importlib
+
+    from sqlalchemy import select
+
+    from service import reaudit as R
+    from service.models import Run
+
+    assert run(env, "ingest", str(good_archive(tmp_path))).exit_code == 0
+    R.init_worker(svc.settings.database_url, str(svc.settings.data_dir), None)
+    with svc.db.session() as s:
+        pk = s.scalars(select(Run.id)).one()
+    memos = [getattr(importlib.import_module(m), n) for m, names in R._PER_SUBMISSION_MEMOS for n in names]
+    assert all(isinstance(d, dict) for d in memos)  # renamed in the library? this drop went stale
+    R._judge_one(pk)
+    assert any(memos), "judging filled none of the memos: the list no longer names the library's caches"
+    out = R.judge_one(pk)
+    assert "error" not in out, out
+    assert not any(memos)
