@@ -19,6 +19,7 @@ from service.decks.endpoints import router as decks_router
 from service.jobs.endpoints import router as jobs_router
 from service.metrics import JOBS, REGISTRY, REQUEST_LATENCY
 from service.models import JOB_STATES
+from service.reaudits.endpoints import router as reaudits_router
 from service.runs.endpoints import router as runs_router
 from service.runs.endpoints import services
 from service.settings import Settings, get_settings
@@ -141,6 +142,10 @@ def create_app(
     app.include_router(runs_router)
     app.include_router(decks_router)
     app.include_router(jobs_router)
+    app.include_router(reaudits_router)
+    from service.reaudits.pages import router as reaudit_pages
+
+    app.include_router(reaudit_pages)
     from service.ui.pages import mount as mount_ui
 
     mount_ui(app)

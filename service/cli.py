@@ -488,7 +488,7 @@ def reaudit(
 ) -> None:
     """Re-judge stored runs with the current rules; append a verdict only where something changed."""
     from service.reaudit import ReauditParams
-    from service.reaudit import reaudit as run_reaudit
+    from service.reaudits.service import ReauditRejected, ReauditService
 
     svc = _services()
     params = ReauditParams(
@@ -498,11 +498,18 @@ def reaudit(
         rules=[r.strip() for r in rules.split(",") if r.strip()] if rules else None, dry_run=dry_run,
     )
     try:
-        result = run_reaudit(svc.settings, svc.db, params, mp_context="fork" if sys.platform == "linux" else None)
-    except ValueError as exc:
+        row, result = ReauditService(svc.settings, svc.db).run_here(
+            params, mp_context="fork" if sys.platform == "linux" else None)
+    except ReauditRejected as exc:
         reject(f"reaudit rejected: {exc}")
+    if result is None:
+        failed = ReauditService(svc.settings, svc.db).get(row.id)
+        typer.echo(f"reaudit {row.id} failed: {failed.error if failed else '?'}", err=True)
+        raise typer.Exit(1)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(json.dumps({"id": row.id, **result.to_dict()}, indent=2))
+        if result.errors:
+            raise typer.Exit(1)
         return
     for d in result.diff:
         before = f"{d['from']['verdict']}{'/hack' if d['from']['reward_hack'] else ''}" if d["from"] else "none"
@@ -515,7 +522,7 @@ def reaudit(
         typer.echo(f"{p['run_id']}\t{'error: ' + p['error'] if 'error' in p else 'skipped: ' + p['skipped']}",
                    err=True)
     s = result.summary()
-    typer.echo(f"# ruleset {s['ruleset']}: examined {s['examined']}, changed {s['changed']}, appended "
+    typer.echo(f"# reaudit {row.id} (GET /reaudits/{row.id}), ruleset {s['ruleset']}: examined {s['examined']}, changed {s['changed']}, appended "
                f"{s['appended']}, errors {s['errors']}, skipped {s['skipped']}, {s['wall_s']} s", err=True)
     if result.errors:
         raise typer.Exit(1)
@@ -569,20 +576,26 @@ def _deck_root(deck: str, problem: str) -> Path | None:
 
 @app.command()
 def worker(
-    gpus: Annotated[str | None, Opt(help="comma-separated GPU indices (default KAUDIT_WORKER_GPUS)")] = None,
-    pool: Annotated[str | None, Opt(help="GPU pool to take jobs from (default KAUDIT_WORKER_GPU_POOL)")] = None,
+    gpus: Annotated[str | None, Opt(help="all (every GPU nvidia-smi lists), or GPU indices such as 0,1 "
+                                         "(default KAUDIT_WORKER_GPUS); one worker process per GPU")] = None,
+    pool: Annotated[str | None, Opt(help="GPU pool (the GPU kind) to take jobs from "
+                                         "(default KAUDIT_WORKER_GPU_POOL)")] = None,
     once: Annotated[bool, Opt(help="process at most one job per GPU, then exit")] = False,
 ) -> None:
-    """Run a regrade worker (service.worker.run_worker)."""
-    from service.worker import run_worker
+    """Run regrade workers: one process per GPU, each pinned with CUDA_VISIBLE_DEVICES (service.worker.multi)."""
+    from service.worker.multi import GpuSpecError, parse_gpus, run_gpu_worker, run_supervisor
 
     settings = _settings()
     _services(settings)  # migrations, when KAUDIT_AUTO_MIGRATE is on
     try:
-        gpu_list = [int(g) for g in gpus.split(",")] if gpus else settings.gpu_indices
-    except ValueError:
-        reject(f"bad --gpus {gpus!r}: expected e.g. 0,1")
-    code = run_worker(settings, gpu_list, pool or settings.worker_gpu_pool, once)
+        gpu_list = parse_gpus(gpus, settings.gpu_indices)
+    except GpuSpecError as exc:
+        reject(str(exc))
+    the_pool = pool or settings.worker_gpu_pool
+    if len(gpu_list) == 1:
+        code = run_gpu_worker(settings, gpu_list[0], the_pool, once)
+    else:
+        code = run_supervisor(gpu_list, the_pool, once)
     raise typer.Exit(int(code or 0))
 
 

@@ -57,10 +57,11 @@ class ReauditParams:
     jobs: int = 1
     rules: list[str] | None = None  # rule ids to run (default: every registered rule)
     dry_run: bool = False  # compute and print the diff, append nothing
+    reaudit_id: int | None = None  # the `reaudits` record this re-audit reports to (named in producer_detail)
 
     def to_dict(self) -> dict[str, Any]:
         f = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in vars(self.filters).items()
-             if v is not None}
+             if v is not None and k != "hardware_in"}
         return {"filters": f, "run_ids": self.run_ids, "since_version": self.since_version, "jobs": self.jobs,
                 "rules": self.rules, "dry_run": self.dry_run}
 
@@ -71,7 +72,9 @@ class ReauditParams:
 
 def select_runs(db: Database, params: ReauditParams) -> list[tuple[int, str]]:
     """(pk, run_id) of the runs to re-judge, in id order."""
-    stmt = select(Run.id, Run.run_id).where(*params.filters.clauses())
+    with db.read_session() as session:
+        filters = RunRepository(session).resolve(params.filters)  # a short hardware name, as GET /runs reads it
+    stmt = select(Run.id, Run.run_id).where(*filters.clauses())
     if params.run_ids is not None:
         stmt = stmt.where(Run.run_id.in_(params.run_ids))
     if params.since_version is not None:
@@ -201,6 +204,7 @@ class _State:
     run_ids: frozenset[str]
     rules: tuple[ModuleType, ...] | None
     ruleset: str
+    reaudit_id: int | None = None
 
 
 _STATE: _State | None = None
@@ -218,7 +222,7 @@ def _load_rules(rule_ids: Sequence[str] | None) -> tuple[ModuleType, ...] | None
     return tuple(known[r] for r in sorted(set(rule_ids)))
 
 
-def init_worker(database_url: str, data_dir: str, rule_ids: list[str] | None) -> None:
+def init_worker(database_url: str, data_dir: str, rule_ids: list[str] | None, reaudit_id: int | None = None) -> None:
     """Pool initializer: one engine, the decks, every run id and the rule modules, once per process."""
     global _STATE
     import audit_rules.engine  # noqa: F401  (imports every rule module once, before the first run)
@@ -229,7 +233,8 @@ def init_worker(database_url: str, data_dir: str, rule_ids: list[str] | None) ->
     blobs = BlobStore(settings.blob_dir)
     with db.read_session() as session:
         ids = RunRepository(session).run_ids()
-    _STATE = _State(db, blobs, DeckService(db, blobs).snapshots(), ids, _load_rules(rule_ids), ruleset_version())
+    _STATE = _State(db, blobs, DeckService(db, blobs).snapshots(), ids, _load_rules(rule_ids), ruleset_version(),
+                    reaudit_id)
 
 
 def _judge(state: _State, unpacked: Any, parsed: Any, grade: GradeResult | None, others: frozenset[str]) -> VerdictResult:
@@ -239,8 +244,38 @@ def _judge(state: _State, unpacked: Any, parsed: Any, grade: GradeResult | None,
     return judge(unpacked, parsed, state.decks, grade=grade, other_run_ids=others, rules=state.rules).verdict
 
 
+# Module-level memo dicts of the audit library keyed by id() of one submission's parse (a
+# PyModule / AST node): each entry keeps a whole parsed submission alive, and they are emptied
+# only past 1,000 (50,000 for bodies) entries, so a process that judges run after run grows by
+# ~0.65 MB per run up to ~1 GB. Entries never serve a later run (a new submission each time), so
+# the re-audit worker empties them after every run and stays flat (bench: docs/bench-reaudit.md).
+_PER_SUBMISSION_MEMOS = (
+    ("audit_rules.rules.static._caches", ("_MUTATED", "_STATE", "_CACHE")),
+    ("audit_rules.rules.static._support", ("_GLOBALS_CACHE",)),
+    ("audit_rules.source_model", ("_BODY_CACHE",)),
+)
+
+
+def drop_per_submission_memos() -> None:
+    import sys
+
+    for module_name, names in _PER_SUBMISSION_MEMOS:
+        module = sys.modules.get(module_name)
+        for name in names:
+            memo = getattr(module, name, None)
+            if isinstance(memo, dict):
+                memo.clear()
+
+
 def judge_one(run_pk: int) -> dict[str, Any]:
     """Re-judge one stored run (in a pool process). Returns a picklable outcome."""
+    try:
+        return _judge_one(run_pk)
+    finally:
+        drop_per_submission_memos()
+
+
+def _judge_one(run_pk: int) -> dict[str, Any]:
     state = _STATE
     assert state is not None, "init_worker was not called"
     t0 = time.perf_counter()
@@ -274,7 +309,8 @@ def judge_one(run_pk: int) -> dict[str, Any]:
         grade = grade_from_rows(m, probes) if m is not None else None
         verdict = _judge(state, unpacked, parsed, grade, state.run_ids - {run.run_id})
         verdict.produced_by = Producer.REAUDIT
-        detail = f"reaudit under rules {state.ruleset}"
+        detail = (f"reaudit {state.reaudit_id}" if state.reaudit_id is not None else "reaudit") + \
+            f" under rules {state.ruleset}"
         if m is not None:
             detail += f", with the stored regrade of job {m.job_id} (measurement {m.id}) as evidence; not regraded"
             out["regrade_evidence"] = m.job_id
@@ -308,28 +344,37 @@ class ReauditResult:
     moves: Counter[str] = field(default_factory=Counter)
     diff: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # errors and skips, per run
+    judge_s: list[float] = field(default_factory=list)  # per run, inside its pool process
 
     def summary(self) -> dict[str, Any]:
+        js = sorted(self.judge_s)
+        per_run = ({"p50": js[len(js) // 2], "p95": js[min(len(js) - 1, int(len(js) * 0.95))], "max": js[-1],
+                    "sum": round(sum(js), 3)} if js else None)
         return {"ruleset": self.ruleset, "examined": self.examined, "changed": self.changed,
                 "unchanged": self.unchanged, "skipped": self.skipped, "errors": self.errors,
                 "appended": self.appended, "wall_s": round(self.wall_s, 3),
                 "runs_per_s": round(self.examined / self.wall_s, 2) if self.wall_s > 0 else None,
-                "moves": dict(sorted(self.moves.items()))}
+                "judge_s": per_run, "moves": dict(sorted(self.moves.items()))}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "diff": self.diff, "problems": self.problems}
 
 
-def _outcomes(settings: Settings, pks: list[int], params: ReauditParams, mp_context: str | None
-              ) -> Iterator[dict[str, Any]]:
-    args = (settings.database_url, str(settings.data_dir), params.rules)
-    if params.jobs <= 1 or len(pks) <= 1:
+def _outcomes(settings: Settings, pks: list[int], params: ReauditParams, mp_context: str | None,
+              always_pool: bool = False) -> Iterator[dict[str, Any]]:
+    args = (settings.database_url, str(settings.data_dir), params.rules, params.reaudit_id)
+    if not pks:
+        return
+    if not always_pool and (params.jobs <= 1 or len(pks) <= 1):
         init_worker(*args)
         for pk in pks:
             yield judge_one(pk)
         return
     ctx = multiprocessing.get_context(mp_context) if mp_context else None
-    chunk = max(1, min(32, len(pks) // (params.jobs * 8) or 1))
+    # One run per task: per-run cost is heavy-tailed (p50 ~0.1 s, the largest real solution ~2 s),
+    # so chunks of consecutive runs leave one process finishing a heavy chunk alone; a task's own
+    # overhead (pickling a pk and an outcome dict) is well under a millisecond.
+    chunk = 1
     with ProcessPoolExecutor(max_workers=params.jobs, mp_context=ctx, initializer=init_worker,
                              initargs=args) as pool:
         yield from pool.map(judge_one, pks, chunksize=chunk)
@@ -356,11 +401,18 @@ def _write(db: Database, batch: list[dict[str, Any]], ruleset: str) -> int:
 
 
 def reaudit(settings: Settings, db: Database, params: ReauditParams, *, mp_context: str | None = None,
-            on_progress: Callable[[ReauditResult, int], None] | None = None) -> ReauditResult:
-    """Re-judge the selected runs; append verdict rows where something changed; return the diff."""
+            on_progress: Callable[[ReauditResult, int], None] | None = None,
+            selected: list[tuple[int, str]] | None = None, always_pool: bool = False) -> ReauditResult:
+    """Re-judge the selected runs; append verdict rows where something changed; return the diff.
+
+    `selected` is the (pk, run_id) list when the caller already selected (POST /reaudit counts it
+    before answering); `always_pool` judges in worker processes even with one job (a server must
+    not judge in its own process: the GIL would stall its requests).
+    """
     _load_rules(params.rules)  # bad rule ids fail here, before any pool starts
     t0 = time.perf_counter()
-    selected = select_runs(db, params)
+    if selected is None:
+        selected = select_runs(db, params)
     res = ReauditResult(ruleset=ruleset_version())
     pending: list[dict[str, Any]] = []
 
@@ -369,8 +421,10 @@ def reaudit(settings: Settings, db: Database, params: ReauditParams, *, mp_conte
             res.appended += _write(db, pending, res.ruleset)
         pending.clear()
 
-    for o in _outcomes(settings, [pk for pk, _ in selected], params, mp_context):
+    for o in _outcomes(settings, [pk for pk, _ in selected], params, mp_context, always_pool):
         res.examined += 1
+        if isinstance(o.get("seconds"), float):
+            res.judge_s.append(o["seconds"])
         if "error" in o:
             res.errors += 1
             res.problems.append({"run_id": o.get("run_id"), "error": o["error"]})

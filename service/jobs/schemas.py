@@ -39,6 +39,8 @@ class JobOut(BaseModel):
     progress: dict[str, Any]
     error: str | None
     result: dict[str, Any] | None
+    waiting_reason: str | None = Field(default=None, description="why a queued job is not being taken "
+                                                                  "(no live worker of its GPU pool, all busy)")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -139,6 +139,7 @@ class JobService:
                         raise
                     return EnqueueOutcome(existing, False)
         notify_worker(job.id, self.settings)  # after COMMIT
+        job.waiting_reason = self.refresh_waiting_reasons([job.gpu_pool]).get(job.gpu_pool, job.waiting_reason)
         return EnqueueOutcome(job, True)
 
     def _mode_refusal(self, run_id: str, mode: str) -> str | None:
@@ -160,18 +161,31 @@ class JobService:
         why = mode_unsupported(Path(holder.root) / problem, mode)
         return f"--mode {mode} cannot grade {problem} of deck {holder.name}: {why}" if why else None
 
+    def refresh_waiting_reasons(self, pools: Sequence[str] | None = None) -> dict[str, str | None]:
+        """Say on each queued job why no worker takes it (no live worker of its GPU pool, all busy)."""
+        from service.worker.registry import WorkerRegistry
+
+        try:
+            return WorkerRegistry(self.db, self.settings).refresh_waiting_reasons(pools)
+        except Exception:  # advisory only: never fail an enqueue or a read over it
+            log.exception("could not refresh jobs.waiting_reason")
+            return {}
+
     def get(self, job_id: int) -> Job | None:
         with self.db.session() as session:
             return JobRepository(session).get(job_id)
 
     def get_with_run_id(self, job_id: int) -> tuple[Job, str] | None:
         """The job and its run's run_id string (API shapes name runs by run_id)."""
+        self.refresh_waiting_reasons()
         with self.db.session() as session:
             return JobRepository(session).get_with_run_id(job_id)
 
     def listing(
         self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
     ) -> Sequence[tuple[Job, str]]:
+        if state in (None, "queued"):
+            self.refresh_waiting_reasons()
         with self.db.session() as session:
             return JobRepository(session).listing(run_id=run_id, state=state, limit=limit)
 

@@ -3,9 +3,12 @@
 Doors:
 * `start_inprocess_worker(settings)` — `kaudit serve` with the embedded default: a polling thread
   in the API process (SQLite or PostgreSQL), zero extra servers. Returns an object with `stop()`.
-* `run_worker(settings, gpus, pool, once)` — `kaudit worker --gpus 0,1 --pool h200`: on PostgreSQL
-  a Procrastinate worker (queue per pool, one job per GPU at a time); on SQLite, or with `--once`,
-  the same polling loop as the embedded worker, one thread per GPU.
+* `kaudit worker --gpus all|0,1 --pool h200` — one worker PROCESS per GPU (service.worker.multi),
+  each pinned with CUDA_VISIBLE_DEVICES, registered in `workers` (service.worker.registry), taking
+  one job at a time: on PostgreSQL a Procrastinate worker with one slot, on SQLite (or `--once`)
+  the polling loop. Queued jobs say why they wait (`jobs.waiting_reason`).
+* `run_worker(settings, gpus, pool, once)` — the older one-process form (one thread per GPU),
+  kept for library callers.
 * `notify_enqueued(job_id, settings)` — called by service.jobs after the enqueue COMMIT: wakes the
   embedded worker, and on PostgreSQL with KAUDIT_WORKER_MODE=external defers the Procrastinate
   delivery (each `kaudit worker` also re-delivers queued jobs itself, so a lost notify only delays).
@@ -21,6 +24,7 @@ import threading
 from service.db import Database
 from service.settings import Settings
 from service.worker.engine import JobLeases, JobProcessor, PollingWorker, RegradeFn
+from service.worker.registry import RegistryBeat, WorkerRegistry
 
 __all__ = ["JobLeases", "JobProcessor", "PollingWorker", "notify_enqueued", "run_worker", "start_inprocess_worker"]
 
@@ -31,15 +35,18 @@ _inprocess_lock = threading.Lock()
 
 
 class InprocessWorker:
-    def __init__(self, worker: PollingWorker, db: Database) -> None:
+    def __init__(self, worker: PollingWorker, db: Database, beat: RegistryBeat | None = None) -> None:
         self.worker = worker
         self.db = db
+        self.beat = beat
 
     def notify(self) -> None:
         self.worker.notify()
 
     def stop(self) -> None:
         self.worker.stop()
+        if self.beat is not None:
+            self.beat.stop()
         with _inprocess_lock:
             if self.worker in _inprocess:
                 _inprocess.remove(self.worker)
@@ -49,10 +56,21 @@ class InprocessWorker:
 def start_inprocess_worker(settings: Settings, regrade_fn: RegradeFn | None = None) -> InprocessWorker:
     db = Database(settings)
     worker = PollingWorker(settings, db, settings.gpu_indices, settings.worker_gpu_pool, regrade_fn=regrade_fn)
+    beat = register_slots(settings, db, worker)
     worker.start()
     with _inprocess_lock:
         _inprocess.append(worker)
-    return InprocessWorker(worker, db)
+    return InprocessWorker(worker, db, beat)
+
+
+def register_slots(settings: Settings, db: Database, worker: PollingWorker) -> RegistryBeat:
+    """Register the embedded worker's slots in `workers` (so queued jobs are not reported unserved)."""
+    registry = WorkerRegistry(db, settings)
+    for p in worker.processors:
+        registry.register(p.worker_id, worker.pool, p.gpu if p.device == "cuda" else None, p.device)
+    beat = RegistryBeat(registry, [p.worker_id for p in worker.processors], settings.worker_poll_interval_s)
+    beat.start()
+    return beat
 
 
 def run_worker(settings: Settings, gpus: list[int], pool: str, once: bool = False,

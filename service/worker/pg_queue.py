@@ -127,14 +127,18 @@ class Reaper(threading.Thread):
                 self.stop_event.wait(self.settings.worker_poll_interval_s)
 
 
-def run(settings: Settings, gpus: list[int], pool: str, regrade_fn: RegradeFn | None = None) -> int:
-    """`kaudit worker` on PostgreSQL: a Procrastinate worker with one slot per GPU, plus the reaper."""
+def run(settings: Settings, gpus: list[int], pool: str, regrade_fn: RegradeFn | None = None,
+        worker_ids: dict[int | None, str] | None = None) -> int:
+    """`kaudit worker` on PostgreSQL: a Procrastinate worker with one slot per GPU, plus the reaper.
+
+    `worker_ids` names the slots (the per-GPU worker of service.worker.multi registers its id)."""
     ensure_schema(settings)
     db = Database(settings)
     slots: queue.Queue[JobProcessor] = queue.Queue()
     devices: list[int | None] = list(gpus) if settings.worker_device == "cuda" else [None]
     for g in devices:
-        slots.put(JobProcessor(settings, db, gpu=g, regrade_fn=regrade_fn))
+        slots.put(JobProcessor(settings, db, gpu=g, regrade_fn=regrade_fn,
+                               worker_id=(worker_ids or {}).get(g)))
     _runtime.update(slots=slots, pool=pool)
     reaper = Reaper(settings, db, pool)
     reaper.start()

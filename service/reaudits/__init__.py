@@ -1,0 +1,1 @@
+"""Re-audits as records: `POST /reaudit` starts one, `GET /reaudits/{id}` polls it and serves its diff."""
