@@ -41,3 +41,9 @@ class JobOut(BaseModel):
 class RegradeAccepted(BaseModel):
     job: JobOut
     created: bool = Field(description="false when an identical job already existed (idempotent)")
+
+
+class RegradeRefused(BaseModel):
+    reason: str = Field(description="previous_job_failed | force_regrade_pending")
+    detail: str
+    job: JobOut = Field(description="the failed job, or the job still queued")

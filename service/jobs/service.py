@@ -39,6 +39,17 @@ class UnknownProbe(ValueError):
     pass
 
 
+class ForcePending(Exception):
+    """A forced regrade was asked while another forced regrade of the run is still queued."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(
+            f"forced regrade job {job.id} of this run is still queued; another is accepted once it has started "
+            "(one queued at a time), so nothing was enqueued"
+        )
+        self.job = job
+
+
 @dataclass
 class EnqueueOutcome:
     job: Job
@@ -95,6 +106,12 @@ class JobService:
                     if existing is not None:
                         return EnqueueOutcome(existing, False)
                 else:
+                    # At most one queued forced job per run: the partial unique index
+                    # uq_jobs_queued_force_run_id holds it against concurrent requests too.
+                    pending = jobs.queued_forced(run.id)
+                    if pending is not None:
+                        session.expunge(pending)  # stays readable after the rollback
+                        raise ForcePending(pending)
                     key = f"{key}:force:{uuid.uuid4().hex}"
                 try:
                     with session.begin_nested():
@@ -112,11 +129,15 @@ class JobService:
                                 progress={},
                             )
                         )
-                except IntegrityError:  # a concurrent identical request committed first
+                except IntegrityError:  # a concurrent identical (or forced) request committed first
                     existing = jobs.by_key(key)
-                    if existing is None:
+                    if existing is not None:
+                        return EnqueueOutcome(existing, False)
+                    pending = jobs.queued_forced(run.id) if force else None
+                    if pending is None:
                         raise
-                    return EnqueueOutcome(existing, False)
+                    session.expunge(pending)
+                    raise ForcePending(pending) from None
         notify_worker(job.id, self.settings)  # after COMMIT
         return EnqueueOutcome(job, True)
 

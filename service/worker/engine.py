@@ -293,7 +293,9 @@ class JobProcessor:
         if problem is None or holder is None or holder.root is None:
             raise LookupError(f"problem {problem!r} is not in a registered deck with files on disk")
         live.update("materialize", {"files": len(artifacts)})
-        with tempfile.TemporaryDirectory(prefix=f"kaudit-job{claim.job_id}-") as tmp:
+        # Under the data dir, named by job: `kaudit gc` removes it if this process is killed.
+        self.settings.scratch_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"kaudit-job{claim.job_id}-", dir=self.settings.scratch_dir) as tmp:
             sol_dir = materialize(artifacts, self.blobs, Path(tmp) / "run")
             lock = LockConfig(path_template=self.settings.gpu_lock_path,
                               timeout_s=max(self.settings.gpu_busy_timeout_s, 1.0))

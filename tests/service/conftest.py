@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # Children first: emptied after every test.
-TABLES = ("reaudits", "workers", "findings", "probe_results", "verdicts", "measurements", "jobs", "artifacts", "runs", "deck_files", "decks")
+TABLES = ("audit_events", "api_tokens", "reaudits", "workers", "findings", "probe_results", "verdicts", "measurements", "jobs", "artifacts", "runs", "deck_files", "decks")
 
 
 def migrate(url: str) -> None:
