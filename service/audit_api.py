@@ -43,7 +43,7 @@ def audit_log(
     svc: Annotated[Services, Depends(services)],
     action: Action | None = None,
     actor: Annotated[str | None, Query(max_length=128)] = None,
-    before_id: Annotated[int | None, Query(ge=1, le=2**62, description="page: events older than this id")] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="page: events older than this id")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[AuditEventOut]:
     rows = svc.audit.listing(action=action, actor=actor, before_id=before_id, limit=limit)

@@ -61,6 +61,8 @@ def build_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
                     op.setdefault("description", "Needs an admin token.")
             if "{" in path:
                 responses.setdefault("404", _error("no such resource"))
+            if "requestBody" in op:
+                responses.setdefault("400", _error("the body could not be parsed"))
             for code, response in responses.items():
                 if code.startswith(("4", "5")) and "content" in response:
                     for media in response["content"].values():

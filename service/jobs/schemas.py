@@ -7,11 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from audit_rules.base import Probe
+
 
 class RegradeRequest(BaseModel):
-    force: bool = Field(default=False, description="enqueue a new job even if an identical one exists")
-    probes: list[str] | None = Field(default=None, description="probe set (default: every probe)")
-    gpu_pool: str | None = None
+    force: bool = Field(
+        default=False,
+        description="enqueue a new job even if an identical one exists (one queued forced job per run)",
+    )
+    probes: list[Probe] | None = Field(default=None, description="probe set (default: every probe)")
+    gpu_pool: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class JobOut(BaseModel):
@@ -44,6 +49,6 @@ class RegradeAccepted(BaseModel):
 
 
 class RegradeRefused(BaseModel):
-    reason: str = Field(description="previous_job_failed | force_regrade_pending")
+    reason: str = Field(description="previous_job_failed | force_regrade_pending | not_regradable")
     detail: str
-    job: JobOut = Field(description="the failed job, or the job still queued")
+    job: JobOut | None = Field(default=None, description="the failed job, or the forced job still queued")

@@ -20,7 +20,7 @@ from ingest.archive import is_storage_fault
 from ingest.model import ArchiveRejected, RejectReason
 from service.auth import Principal, require_read, require_write
 from service.context import Services
-from service.errors import ApiError, ErrorBody, enum_filter_error
+from service.errors import ApiError, ErrorBody
 from service.jobs.schemas import JobOut, RegradeAccepted, RegradeRefused, RegradeRequest
 from service.jobs.service import ForcePending, NotRegradable, UnknownProbe, UnknownRun
 from service.metrics import INGESTS, REJECTIONS
@@ -80,21 +80,18 @@ def job_out(job: Job, run_id: str) -> JobOut:
     return job_out_of(job, run_id)
 
 
-VERDICT_VALUES = tuple(v.value for v in Verdict)
-CONTAMINATION_VALUES = tuple(c.value for c in Contamination)
 
 
-def check_enum_filter(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
-    """An unknown value of a closed filter is a 422 naming the allowed ones (not an empty page)."""
-    if value is not None and value not in allowed:
-        raise enum_filter_error(name, value, allowed)
+def _blank_is_none(value: object) -> object:
+    """`?verdict=` (how a client writes "no value") means no filter, not an unknown verdict."""
+    return None if value == "" else value
 
 
 def _iso_only(value: object) -> object:
     """Query datetimes are ISO-8601 only: pydantic would read `0.5` or `1700000000` as Unix time."""
     if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.match(value.strip())):
         raise ValueError("expected an ISO-8601 date or date-time (e.g. 2026-08-01T22:43:38Z), not a number")
-    return value
+    return None if value == "" else value
 
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -205,9 +202,9 @@ def list_runs(
     problem: str | None = None,
     deck: str | None = None,
     hardware: str | None = None,
-    verdict: str | None = None,
+    verdict: Annotated[Verdict | None, BeforeValidator(_blank_is_none)] = None,
     reward_hack: bool | None = None,
-    contamination: str | None = None,
+    contamination: Annotated[Contamination | None, BeforeValidator(_blank_is_none)] = None,
     publish_grade: bool | None = None,
     started_from: Annotated[IsoDateTime | None, Query(description="started_at >= (ISO-8601)")] = None,
     started_to: Annotated[IsoDateTime | None, Query(description="started_at < (ISO-8601)")] = None,
@@ -216,17 +213,15 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> RunPage:
-    check_enum_filter("verdict", verdict, VERDICT_VALUES)
-    check_enum_filter("contamination", contamination, CONTAMINATION_VALUES)
     filters = RunFilters(
         model=model,
         harness=harness,
         problem=problem,
         deck=deck,
         hardware=hardware,
-        verdict=verdict,
+        verdict=verdict.value if verdict is not None else None,
         reward_hack=reward_hack,
-        contamination=contamination,
+        contamination=contamination.value if contamination is not None else None,
         publish_grade=publish_grade,
         started_from=started_from,
         started_to=started_to,
@@ -336,8 +331,8 @@ def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Resp
     responses={
         409: {
             "model": RegradeRefused,
-            "description": "the identical job already failed (send force=true to run it again), or a forced "
-            "regrade of the run is still queued (one at a time)",
+            "description": "the identical job already failed (send force=true to run it again), a forced "
+            "regrade of the run is still queued (one at a time), or the run cannot be regraded (not_regradable)",
         },
     },
 )
@@ -362,12 +357,16 @@ def regrade_run(
 
 def _regrade(run_id: str, svc: Services, body: RegradeRequest) -> tuple[RegradeAccepted | JSONResponse, str]:
     try:
-        outcome = svc.jobs.enqueue_regrade(run_id, force=body.force, probes=body.probes, gpu_pool=body.gpu_pool)
+        outcome = svc.jobs.enqueue_regrade(
+            run_id, force=body.force, probes=[str(p) for p in body.probes] if body.probes else None,
+            gpu_pool=body.gpu_pool,
+        )
     except UnknownRun as exc:
         raise ApiError(status.HTTP_404_NOT_FOUND, "not_found", f"no run {run_id}") from exc
-    except (NotRegradable, UnknownProbe) as exc:
-        raise ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, "not_regradable" if isinstance(exc, NotRegradable)
-                       else "unknown_probe", str(exc)) from exc
+    except NotRegradable as exc:  # the run's state, not the request's shape
+        raise ApiError(status.HTTP_409_CONFLICT, "not_regradable", str(exc)) from exc
+    except UnknownProbe as exc:  # the schema's enum already refuses these; kept for other doors
+        raise ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, "unknown_probe", str(exc)) from exc
     except ForcePending as exc:
         REJECTIONS.labels(reason="force_regrade_pending").inc()
         return JSONResponse(

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -24,7 +22,7 @@ from service.auth import Role, TokenStore, parse_env_token
 from service.context import Services
 from service.models import ApiToken, AuditEvent
 from tests.archive_factory import DEFAULT_RUN_ID
-from tests.service.conftest import AUTH, TOKEN, staging_leftovers, table_counts
+from tests.service.conftest import AUTH, TOKEN, served_app, staging_leftovers, table_counts
 from tests.service.test_api import good_archive, upload
 from tests.service.test_cli import env, run  # noqa: F401  (fixture)
 
@@ -82,20 +80,8 @@ def test_refused_before_the_body_is_received(make_services: Any) -> None:
 @pytest.fixture
 def served(make_services: Any) -> Iterator[tuple[Services, int]]:
     svc = make_services(api_tokens=ROLE_TOKENS)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(svc=svc), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield svc, port
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with served_app(create_app(svc=svc)) as port:
+        yield svc, port
 
 
 def _headers_only(port: int, auth: str | None, wait: float) -> bytes:

@@ -63,4 +63,4 @@ def test_run_without_solution_is_not_regradable(client: TestClient, tmp_path: Pa
     body = upload(client, arc).json()
     assert body["regradable"] is False and "solution" in body["not_regradable_reason"]
     r = client.post(f"/runs/{DEFAULT_RUN_ID}/regrade", headers=AUTH)
-    assert r.status_code == 422
+    assert r.status_code == 409 and r.json()["reason"] == "not_regradable"  # the run's state, not the request
