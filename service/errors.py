@@ -64,14 +64,20 @@ def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status_code, headers=headers or None)
 
 
+PROBE_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
 def allowed_methods(request: Request) -> list[str]:
-    """Every method some route serves at this path (Starlette names only the first route's)."""
+    """Every method some route serves at this path (Starlette names only the first route's).
+
+    Asked of the app's routes themselves (included routers answer `matches` too), so nested
+    routers count without reading their internals.
+    """
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        for m in getattr(route, "methods", None) or ():
-            match, _ = route.matches({**request.scope, "method": m})
-            if match is Match.FULL:
-                methods.add(m)
+    for m in PROBE_METHODS:
+        probe = {**request.scope, "method": m}
+        if any(route.matches(probe)[0] is Match.FULL for route in request.app.router.routes):
+            methods.add(m)
     return sorted(methods)
 
 

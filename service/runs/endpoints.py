@@ -95,7 +95,7 @@ def _iso_only(value: object) -> object:
 
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]
+OptionalIsoDateTime = Annotated[datetime | None, BeforeValidator(_iso_only)]
 
 
 @router.post(
@@ -206,8 +206,8 @@ def list_runs(
     reward_hack: bool | None = None,
     contamination: Annotated[Contamination | None, BeforeValidator(_blank_is_none)] = None,
     publish_grade: bool | None = None,
-    started_from: Annotated[IsoDateTime | None, Query(description="started_at >= (ISO-8601)")] = None,
-    started_to: Annotated[IsoDateTime | None, Query(description="started_at < (ISO-8601)")] = None,
+    started_from: Annotated[OptionalIsoDateTime, Query(description="started_at >= (ISO-8601)")] = None,
+    started_to: Annotated[OptionalIsoDateTime, Query(description="started_at < (ISO-8601)")] = None,
     sort: Literal["started_at", "ingested", "peak_fraction", "run_id"] = "started_at",
     order: Literal["asc", "desc"] = "desc",
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
