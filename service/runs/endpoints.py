@@ -91,7 +91,7 @@ def _iso_only(value: object) -> object:
     """Query datetimes are ISO-8601 only: pydantic would read `0.5` or `1700000000` as Unix time."""
     if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.match(value.strip())):
         raise ValueError("expected an ISO-8601 date or date-time (e.g. 2026-08-01T22:43:38Z), not a number")
-    return None if value == "" else value
+    return value
 
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
