@@ -25,7 +25,7 @@ Two more modes run `kaudit serve` (the real door: uvicorn, one process) over rea
   achieved rate, p50/p95/p99/max, errors.
 * rss: ingest the whole bad-archive corpus (tests/archive_factory.BAD_ARCHIVES, every format,
   under the server's default limits) plus three field-size lying zips (a bzip2 member declaring
-  12 bytes and inflating to 2 GiB in 1.6 KB, deflate and LZMA ones to 1 GiB) through POST /runs,
+  12 bytes and inflating to 2 GiB, about 1.9 KB in all; deflate and LZMA ones to 1 GiB) through POST /runs,
   sampling the server's RSS; reported: RSS before, the peak (VmHWM), every status seen.
 
 PostgreSQL: a throwaway database next to KAUDIT_TEST_PG_URL (default

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from service.context import Services
 from tests.archive_factory import DEFAULT_RUN_ID
@@ -64,3 +64,29 @@ def test_run_without_solution_is_not_regradable(client: TestClient, tmp_path: Pa
     assert body["regradable"] is False and "solution" in body["not_regradable_reason"]
     r = client.post(f"/runs/{DEFAULT_RUN_ID}/regrade", headers=AUTH)
     assert r.status_code == 409 and r.json()["reason"] == "not_regradable"  # the run's state, not the request
+
+
+def test_one_queued_forced_regrade_is_held_by_the_database(client: TestClient, svc: Services, tmp_path: Path) -> None:
+    """Two concurrent forced requests both pass the app's check; the partial unique index refuses the second."""
+    import uuid
+
+    import pytest
+    from sqlalchemy.exc import IntegrityError
+
+    from service.models import Job, Run
+
+    assert upload(client, good_archive(tmp_path)).status_code == 201
+    with svc.db.session() as session:
+        run_pk = session.scalars(select(Run.id)).one()
+
+    def forced(state: str = "queued") -> Job:
+        return Job(run_id=run_pk, state=state, idempotency_key=f"t:{uuid.uuid4().hex}", force=True, probes=[],
+                   progress={})
+
+    with svc.db.session() as session, session.begin():
+        session.add_all([forced(), forced("running"), forced("succeeded")])  # one queued + others: fine
+    with pytest.raises(IntegrityError), svc.db.session() as session, session.begin():
+        session.add(forced())
+    with svc.db.session() as session, session.begin():  # an unforced queued job is not limited
+        session.add(Job(run_id=run_pk, state="queued", idempotency_key=f"t:{uuid.uuid4().hex}", force=False,
+                        probes=[], progress={}))
