@@ -138,6 +138,8 @@ class ProblemInfo:
     # True when the deck's check.py loops over every shape of shapes.SHAPES (as benchmark.py does):
     # then no shape threshold can route the checked and the timed calls apart. None: unknown.
     check_covers_timed_shapes: bool | None = None
+    # The deck's reference.py text (what a solution that merely transcribes it would repeat). None: unknown.
+    reference_source: str | None = None
 
 
 @dataclass

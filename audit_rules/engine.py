@@ -8,17 +8,15 @@
   naming the rule and the exception (tests keep the corpus free of such findings).
 * Findings are de-duplicated, then `audit_rules.synthesis.synthesize` decides the verdict.
 
-`audit_path` unpacks an archive into a temporary folder first (removed afterwards) and, when
-asked to, runs kaudit's isolated regrade with the probes the findings require, then
-synthesizes again with the GradeResult.
+`audit_path` and `audit_unpacked` are the library's doors onto the verdict pipeline
+(`audit_rules.pipeline`): audit -> optional regrade -> probes -> synthesis, the same function
+the CLI, the ingest service and the regrade worker call.
 """
 
 from __future__ import annotations
 
 import ast
 import logging
-import shutil
-import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -32,12 +30,12 @@ from audit_rules.base import AuditContext, Effect, Finding, Probe, ProblemInfo, 
 from audit_rules.registry import RULES, meta_of
 from audit_rules.report import run_facts
 from audit_rules.source_model import build_submission
-from audit_rules.synthesis import dedup_findings, sort_findings, synthesize
+from audit_rules.synthesis import dedup_findings, sort_findings
 from audit_rules.verdicts import VerdictResult
 from graders.results import GradeResult
-from ingest.archive import safe_unpack
-from ingest.model import DeckSnapshot, EventKind, ParsedRun, TranscriptEvent, UnpackedArchive
-from ingest.run import parse_run, sidecar_paths, solution_sources
+from graders.runformat import CHECK_PY, PROBLEM_YAML, SOLUTION
+from ingest.model import DeckSnapshot, EventKind, Limits, ParsedRun, TranscriptEvent, UnpackedArchive
+from ingest.run import solution_sources
 from ingest.transcripts import TRANSCRIPT_FILES, iter_events
 
 log = logging.getLogger(__name__)
@@ -49,14 +47,9 @@ log = logging.getLogger(__name__)
 
 
 def _deck_for(decks: Sequence[DeckSnapshot], problem: str, prefer: str | None = None) -> DeckSnapshot | None:
-    holding = [d for d in decks if problem in d.problems]
-    if prefer is not None:
-        for d in holding:
-            if d.name == prefer:
-                return d
-    with_root = [d for d in holding if d.root is not None]
-    candidates = with_root or holding
-    return candidates[0] if candidates else None
+    from audit_rules.pipeline import select_deck  # one deck choice for the audit and the regrade
+
+    return select_deck(decks, problem, prefer)
 
 
 def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str | None = None) -> ProblemInfo | None:
@@ -68,13 +61,14 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
         return None
     raw: dict[str, Any] = {}
     if deck.root is not None:
-        path = Path(deck.root) / problem / "problem.yaml"
+        path = Path(deck.root) / problem / PROBLEM_YAML
         if path.is_file():
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
             if isinstance(loaded, dict):
                 raw = loaded
     forbidden = raw.get("forbidden") or []
-    check_py = Path(deck.root) / problem / "check.py" if deck.root is not None else None
+    check_py = Path(deck.root) / problem / CHECK_PY if deck.root is not None else None
+    ref_py = Path(deck.root) / problem / "reference.py" if deck.root is not None else None
     return ProblemInfo(
         problem_id=problem,
         deck=deck.name,
@@ -85,6 +79,7 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
         allows_lower_precision=bool(raw.get("allows_lower_precision", False)),
         raw=raw,
         check_covers_timed_shapes=check_loops_all_shapes(check_py) if check_py is not None else None,
+        reference_source=ref_py.read_text(encoding="utf-8", errors="replace") if ref_py is not None and ref_py.is_file() else None,
     )
 
 
@@ -289,9 +284,9 @@ def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[
         framework = None
     sub = ctx.submission
     doc: str | None = None
-    if archive.has("solution.py"):
+    if archive.has(SOLUTION):
         try:
-            doc = ast.get_docstring(ast.parse(archive.read_text("solution.py")))
+            doc = ast.get_docstring(ast.parse(archive.read_text(SOLUTION)))
         except SyntaxError:
             doc = None
     kernels = getattr(sub, "triton", None)
@@ -317,7 +312,8 @@ def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[
     }
 
 
-def _attach(verdict: VerdictResult, facts: dict[str, Any], grade: GradeResult | None) -> VerdictResult:
+def attach_context(verdict: VerdictResult, facts: dict[str, Any], grade: GradeResult | None) -> VerdictResult:
+    """Keep the audit's facts (and the regrade's provenance) on the verdict, for the report."""
     ctx = dict(facts)
     if grade is not None and grade.provenance is not None:
         ctx["grade_provenance"] = grade.provenance.to_dict()
@@ -333,36 +329,13 @@ def audit_unpacked(
     grade: GradeResult | None = None,
     other_run_ids: frozenset[str] = frozenset(),
 ) -> VerdictResult:
-    """Audit one unpacked archive: every rule, then synthesis (with the grade when given)."""
-    findings, ctx = audit_findings(archive, run, decks, other_run_ids=other_run_ids)
-    return _attach(synthesize(run, findings, grade), audit_context_facts(ctx, findings), grade)
+    """Audit one unpacked archive: every rule, then synthesis (with the grade when given).
 
-
-def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
-    """Write solution.py and its sidecar sources into `dest` for a regrade.
-
-    A scratch/ sidecar is placed both beside solution.py and under scratch/, the two places a
-    KBH solution looks for what it loads; root-level sidecars keep their place. Sidecars
-    appended to solution.py in a public archive are split out first (ingest.run.solution_sources),
-    so the staged solution.py is Python again.
+    The verdict pipeline (`audit_rules.pipeline.judge`) without a regrade.
     """
-    dest.mkdir(parents=True, exist_ok=True)
-    real = set(sidecar_paths(archive))
-    sources = solution_sources(archive)
-    split = any(p not in real and p != "solution.py" for p in sources)  # sidecars were appended to solution.py
-    for path, text in sources.items():
-        targets = [dest / path]
-        if path.startswith("scratch/"):
-            targets.append(dest / path[len("scratch/") :])
-        for target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
-                continue
-            if path in real or (path == "solution.py" and not split):
-                shutil.copyfile(archive.files[path].staged_path, target)  # byte-exact
-            else:
-                target.write_text(text, encoding="utf-8")
-    return dest
+    from audit_rules.pipeline import judge
+
+    return judge(archive, run, decks, grade=grade, other_run_ids=other_run_ids).verdict
 
 
 def audit_path(
@@ -373,34 +346,16 @@ def audit_path(
     regrade_device: str | None = None,
     other_run_ids: frozenset[str] = frozenset(),
     regrade_timeout_s: float = 3600.0,
+    limits: Limits | None = None,
 ) -> VerdictResult:
     """Unpack `path` into a temporary folder, audit it, optionally regrade, clean up.
 
     With `regrade_device` ("cpu" or "cuda"), kaudit's own isolated regrade runs the check, the
-    benchmark and the probes the findings require, and the verdict is synthesized again with
-    that GradeResult (a `grade` passed in is then ignored).
+    benchmark and the probes of the pipeline's policy (`audit_rules.pipeline.select_probes`),
+    and the verdict is synthesized with that GradeResult (a `grade` passed in is then ignored).
+    The library door onto `audit_rules.pipeline.judge_file`.
     """
-    with tempfile.TemporaryDirectory(prefix="kaudit-audit-") as tmp:
-        archive = safe_unpack(Path(path), Path(tmp) / "staged")
-        run = parse_run(archive, decks)
-        findings, ctx = audit_findings(archive, run, decks, other_run_ids=other_run_ids)
-        facts = audit_context_facts(ctx, findings)
-        if regrade_device is not None and run.has_solution and run.problem:
-            root = deck_root(decks, run.problem, run.template.deck if run.template else None)
-            if root is None:
-                facts["regrade_skipped"] = f"no registered deck folder holds {run.problem}"
-            else:
-                from graders.regrade import regrade
+    from audit_rules.pipeline import RegradeRequest, judge_file
 
-                sol_dir = stage_solution(archive, Path(tmp) / "solution")
-                grade = regrade(
-                    sol_dir,
-                    run.problem,
-                    root,
-                    device=regrade_device,
-                    probes=[p.value for p in required_probes(findings)],
-                    lock=None,
-                    timeout_s=regrade_timeout_s,
-                    progress=None,
-                )
-        return _attach(synthesize(run, findings, grade), facts, grade)
+    req = RegradeRequest(device=regrade_device, timeout_s=regrade_timeout_s) if regrade_device is not None else None
+    return judge_file(Path(path), decks, limits=limits, regrade=req, grade=grade, other_run_ids=other_run_ids).verdict

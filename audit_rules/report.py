@@ -13,6 +13,7 @@ from typing import Any
 from audit_rules.base import Effect, Finding
 from audit_rules.report_safety import code_span, escape_html_outside_fences, fence_for, inline_run
 from audit_rules.verdicts import Contamination, Verdict, VerdictResult
+from graders.runformat import BENCHMARK_LOG, CHECK_LOG, GPU_LOCK_LOG, SOLUTION
 from ingest.model import ParsedRun
 
 _VERDICT_WORDS = {
@@ -107,7 +108,7 @@ def _framework_phrase(ctx: dict[str, Any]) -> str:
         parts.append(f"a {fw} submission")
     else:
         parts.append("a submission")
-    srcs = [s for s in ctx.get("sources", []) if s != "solution.py"]
+    srcs = [s for s in ctx.get("sources", []) if s != SOLUTION]
     if srcs:
         parts.append(f"with {len(srcs)} sidecar file(s) ({', '.join(srcs[:4])}{', ...' if len(srcs) > 4 else ''})")
     if ctx.get("triton_kernels"):
@@ -134,11 +135,11 @@ def summary_paragraph(run: ParsedRun, v: VerdictResult) -> str:
     if tpl:
         checked.append(f"the deck snapshot (integrity {tpl})")
     if run.check_log is not None:
-        checked.append("check.log")
+        checked.append(CHECK_LOG)
     if run.benchmark_log is not None:
-        checked.append("benchmark.log")
+        checked.append(BENCHMARK_LOG)
     if run.gpu_lock is not None:
-        checked.append("gpu_lock.log")
+        checked.append(GPU_LOCK_LOG)
     s.append(
         f"kaudit ran {ctx.get('rules_run', '?')} rules over the submission"
         + (" and read " + ", ".join(checked) if checked else "")

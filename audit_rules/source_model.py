@@ -35,8 +35,7 @@ import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-PY_SUFFIXES = (".py",)
-NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".ptx")
+from graders.runformat import NATIVE_SUFFIXES, PY_SUFFIXES  # noqa: F401  (the run-format facts, re-exported)
 
 _MAX_DEPTH = 12  # bound on alias / constant-folding recursion (self-referencing assignments)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from graders.runformat import SCRATCH_DIR, SOURCE_SUFFIXES
 from ingest.model import EventKind, TranscriptEvent, UnpackedArchive
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def artifact_kind(path_after_run_id: str) -> str:
         return "result"
     if p.endswith(".log") or "/logs" in p:
         return "logs"
-    if any(p.endswith(s) for s in (".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp", ".ptx")) or "scratch/" in p:
+    if p.endswith(SOURCE_SUFFIXES) or f"{SCRATCH_DIR}/" in p:
         return "solution"
     if not p.strip("/"):
         return "listing"

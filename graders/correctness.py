@@ -46,7 +46,6 @@ from graders.problem import (
     build_solution_model,
     import_isolated,
     load_problem,
-    on_device,
     shape_desc,
 )
 from graders.sources import add_loaded_modules, collect_sources
@@ -328,7 +327,7 @@ def _state_tensor(model: torch.nn.Module, name: str) -> torch.Tensor:
 
 def _model_inputs(spec: ProblemSpec, seed: int, device: str) -> list[Any]:
     torch.manual_seed(seed)
-    with on_device(device):
+    with spec.draw_context(device):
         inputs = list(spec.reference.get_inputs())
     return _to_device(inputs, device)
 
@@ -360,7 +359,7 @@ class _Runner:
         spec = self.spec
         torch.manual_seed(seed)
         init = list(spec.reference.get_init_inputs())
-        with on_device(self.device):
+        with spec.draw_context(self.device):
             ref = spec.model_class(*init).to(self.device).eval()
         torch.manual_seed(seed)
         try:
@@ -426,7 +425,7 @@ def _recorded_pass(
     spec.apply_shape(shape)
     torch.manual_seed(seed)
     init = list(spec.reference.get_init_inputs())
-    with on_device(runner.device):
+    with spec.draw_context(runner.device):
         ref = spec.model_class(*init).to(runner.device).eval()
     inputs = _model_inputs(spec, seed, runner.device)
     ref_inputs = _clone(inputs)

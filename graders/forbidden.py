@@ -9,7 +9,8 @@ the code can reach do), and scans C/C++/CUDA sources with comments stripped. The
 plus the modules it imported, so a forbidden op reached indirectly (a library helper, a name built
 from bytes at run time) is caught even when no static route is visible.
 
-Forbidden entries come from problem.yaml and take four forms:
+Forbidden entries come from problem.yaml, read in the one grammar of `graders.runformat.parse_forbidden`
+(slash lists, `F.`/`aten.`/`Tensor.` prefixes, `import X`/`from X` module entries); they match as:
 - torch-rooted dotted names (`torch._scaled_mm`, `torch.ops.aten.topk`, `F.linear`,
   `torch.Tensor.sort`): every torch route to the same op name counts (function, `torch.ops.aten`,
   Tensor method, C++ `at::`/`torch::`), and at run time the aten op or torch function of that name;
@@ -29,8 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graders.pyfold import fold_str, string_bindings
-
-NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh")
+from graders.runformat import NATIVE_SUFFIXES, ForbiddenEntry, parse_forbidden
 
 # Extra aten names an op reaches at dispatch level (composite ops decompose before dispatch).
 _ATEN_ALIASES: dict[str, tuple[str, ...]] = {
@@ -66,11 +66,8 @@ class ForbiddenHit:
 
 
 @dataclass(frozen=True)
-class _Entry:
-    raw: str
-    dotted: str  # normalized dotted form
-    torch_leaf: str | None  # the op name when the entry names a torch op (or a bare name)
-    bare: bool
+class _Entry(ForbiddenEntry):
+    """A parsed forbidden entry (graders.runformat's grammar) and how a dotted name matches it."""
 
     def matches_dotted(self, name: str) -> bool:
         if name == self.dotted or name.startswith(self.dotted + "."):
@@ -89,28 +86,9 @@ class _Entry:
         return False
 
 
-def _normalize(entry: str) -> _Entry:
-    e = entry.strip()
-    if e.startswith("F."):
-        e = "torch.nn.functional." + e[2:]
-    elif e.startswith("Tensor."):
-        e = "torch.Tensor." + e[len("Tensor.") :]
-    elif e.startswith("aten."):
-        e = "torch.ops.aten." + e[len("aten.") :]
-    bare = "." not in e
-    leaf: str | None = None
-    if bare:
-        leaf = e
-    elif e.startswith("torch."):
-        parts = e.split(".")
-        leaf = parts[-1]
-        if leaf in ("default", "out", "Tensor", "stable", "values") and len(parts) > 2:
-            leaf = parts[-2]
-    return _Entry(raw=entry, dotted=e, torch_leaf=leaf, bare=bare)
-
-
 def normalize_entries(forbidden: list[str]) -> list[_Entry]:
-    return [_normalize(f) for f in forbidden if f and f.strip()]
+    """problem.yaml's forbidden list in the shared grammar (graders.runformat.parse_forbidden)."""
+    return [_Entry(e.raw, e.dotted, e.torch_leaf, e.bare, e.form) for e in parse_forbidden(forbidden).entries]
 
 
 # ---------------------------------------------------------------------------------------------

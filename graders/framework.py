@@ -15,8 +15,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from graders.forbidden import NATIVE_SUFFIXES, _is_docstring, _strip_comments
+from graders.forbidden import _is_docstring, _strip_comments
 from graders.pyfold import fold_str, string_bindings
+from graders.runformat import NATIVE_SUFFIXES
 
 # Most specific first: a CUTLASS kernel is also CUDA C++, a PTX kernel is also cuda_raw.
 PRIORITY = ("cute_dsl", "cutlass", "ptx", "cuda_raw", "triton")

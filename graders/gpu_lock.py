@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from graders.logformat import gpu_lock_line
+
 DEFAULT_LOCK_TEMPLATE = "/tmp/kaudit-gpu{gpu}.lock"
 
 
@@ -79,7 +81,7 @@ def _now_iso() -> str:
 def _log_event(config: LockConfig, event: str, extra: str = "") -> None:
     if not config.log_path:
         return
-    line = f"{_now_iso()} {event} pid={os.getpid()} cmd=kaudit-regrade{(' ' + extra) if extra else ''}\n"
+    line = gpu_lock_line(event, pid=os.getpid(), cmd="kaudit-regrade", time=_now_iso(), extra=extra)
     with contextlib.suppress(OSError), open(config.log_path, "a", encoding="utf-8") as fh:
         fh.write(line)
 

@@ -212,6 +212,38 @@ class KBHFacts:
     property_shape: int | None
     notes: list[str] = field(default_factory=list)
     harness: Harness | None = None
+    # shape-dict key -> reference module global, as the deck's own check.py/benchmark.py bind them
+    shape_attrs: dict[str, str] = field(default_factory=dict)
+
+
+def shape_bindings(problem_dir: Path) -> dict[str, str]:
+    """How the deck's check.py/benchmark.py put a shape into the reference module.
+
+    They assign `reference.<GLOBAL> = shape["<key>"]` per shape (03_paged_attention binds
+    `batch` to `BATCH`, `seq_len` to `SEQ_LEN`, ...); get_inputs()/get_init_inputs() then read those
+    globals. Read from the deck's own files (ast, never executed); a deck that sets the shape
+    keys verbatim (`setattr(reference, k, v)`) yields no entry and keeps the identity mapping.
+    """
+    import ast
+
+    out: dict[str, str] = {}
+    for fname in ("check.py", "benchmark.py"):
+        path = problem_dir / fname
+        if not path.is_file():
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+                continue
+            tgt, val = node.targets[0], node.value
+            if (isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and tgt.value.id == "reference"
+                    and isinstance(val, ast.Subscript) and isinstance(val.slice, ast.Constant)
+                    and isinstance(val.slice.value, str)):
+                out.setdefault(val.slice.value, tgt.attr)
+    return out
 
 
 def read_kbh(raw: Mapping[str, Any], problem_dir: Path, yaml_path: Path) -> KBHFacts:
@@ -276,5 +308,5 @@ def read_kbh(raw: Mapping[str, Any], problem_dir: Path, yaml_path: Path) -> KBHF
         hardware_name=str(hw.name), correct_trials=int(raw.get("num_correct_trials", 3)),
         perf_trials=int(raw.get("num_perf_trials", 30)),
         output="topk" if name in TOPK_PROBLEMS else "tensor", property_shape=prop_shape, notes=notes,
-        harness=harness,
+        harness=harness, shape_attrs=shape_bindings(problem_dir),
     )

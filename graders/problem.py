@@ -124,6 +124,8 @@ class ProblemSpec:
     correct_trials: int = 3
     harness_dir: Path | None = None
     kbh_property_shape: int | None = None  # the shape index the harness runs its property stress at
+    # shape-dict key -> reference global where the deck binds them differently (graders.kbh.shape_bindings)
+    shape_attrs: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def shape_list(self, which: str) -> list[dict[str, Any]]:
@@ -134,10 +136,20 @@ class ProblemSpec:
             return list(self.small_shapes)
         raise ProblemError(f"unknown shape set {which!r} (all | small)")
 
+    def draw_context(self, device: str) -> contextlib.AbstractContextManager[Any]:
+        """Where the deck's get_inputs()/Model() draw: a KBH deck's check.py and benchmark.py draw
+        with the seeded CPU generator and move the tensors to the device, so kaudit does the same
+        there (the values are then the official grader's own); kaudit's own decks draw on the device
+        (`on_device`)."""
+        if self.schema == "kbh":
+            return contextlib.nullcontext()
+        return on_device(device)
+
     def apply_shape(self, shape: Mapping[str, Any]) -> None:
-        """Set the reference module's shape globals (`reference.M = 4096`, ...)."""
+        """Set the reference module's shape globals (`reference.M = 4096`, ...), under the names the
+        deck's own check.py/benchmark.py use (`shape["seq_len"]` -> `reference.SEQ_LEN`)."""
         for key, value in shape.items():
-            setattr(self.reference, key, value)
+            setattr(self.reference, self.shape_attrs.get(key, key), value)
 
     def _names(self, shape: Mapping[str, Any]) -> dict[str, float]:
         # Formulas may use constants the shape dict leaves at their reference default
@@ -426,7 +438,7 @@ def _load_kbh(raw: dict[str, Any], problem_dir: Path, yaml_path: Path) -> Proble
         small_shapes=small, raw=raw, schema="kbh", peak_tflops=facts.peak_tflops, peak_gbps=facts.peak_gbps,
         hardware=facts.hardware, hardware_name=facts.hardware_name, correct_trials=facts.correct_trials,
         harness_dir=facts.harness.path if facts.harness else None, kbh_property_shape=facts.property_shape,
-        notes=facts.notes,
+        notes=facts.notes, shape_attrs=dict(facts.shape_attrs),
     )
     # The benchmark evaluates the formulas over the shape dict alone: so does kaudit, here.
     for shape in spec.shapes:

@@ -26,16 +26,27 @@ from pathlib import Path
 from typing import Any
 
 import graders
-from graders import gpu_lock
+from graders import gpu_lock, official
 from graders import probes as probe_names
+from graders.decks import DeckTampered
 from graders.gpu_lock import LockConfig, LockHandle, LockTimeout
-from graders.results import GradeResult, ProbeResult, ProbeStatus, Provenance, ShapeResult
+from graders.official import OfficialResult
+from graders.results import (
+    GradeResult,
+    ProbeResult,
+    ProbeStatus,
+    Provenance,
+    ShapeResult,
+    last_fail_line,
+    mode_summary,
+)
 from graders.sandbox import (
     SANDBOX_SUBPROCESS,
     Sandbox,
     SandboxConfig,
     SandboxSetupError,
     StepResult,
+    Workspace,
     prepare_workspace,
 )
 
@@ -161,24 +172,43 @@ def regrade(
     mem_limit_mib: int | None = 65536,
     run_dir: str = "",
     scratch_dir: Path | None = None,
+    mode: str | None = None,
 ) -> GradeResult:
-    """Grade one solution with kaudit's own harness on an idle locked GPU, then probe it.
+    """Grade one solution on an idle locked GPU, in `mode`, then probe it.
+
+    `mode`: `hardened` (kaudit's own check, cold-L2 benchmark and probes), `official` (the
+    registered deck's own check.py/benchmark.py, graders.official) or `both` (one record; the
+    official outcome decides when it ran, the hardened one is kept beside it, disagreements are
+    listed). None: `both` when the deck is a registered deck with a harness, else `hardened`.
 
     `solution_dir` is an unpacked run archive (solution.py + scratch/ sidecars) or a folder/file
     holding solution.py. `probes=None` runs every probe meaningful on `device`; `[]` runs none.
     `timeout_s` bounds each sandboxed step. On `device="cpu"` the run is a smoke run (small shapes,
     Triton interpreter) and never publish-grade; no GPU lock is taken.
+    ValueError: an unknown problem or mode, or a mode asked for explicitly that this deck/device
+    cannot run (the message says why).
     """
     problem_dir = (Path(deck_root) / problem).resolve()
     if not (problem_dir / "problem.yaml").is_file():
         raise ValueError(f"problem {problem!r} is not in the deck at {deck_root}")
+    chosen = official.check_mode(mode) or official.default_mode(problem_dir)
+    if mode == "hardened" and (why := official.hardened_support(problem_dir)):
+        raise ValueError(f"--mode hardened cannot grade {problem}: {why}")
+    if mode == "official":
+        try:
+            _, why_not = official.official_support(problem_dir, device)
+        except DeckTampered:
+            why_not = None  # refused inside the locked run, recorded as infra with the tamper message
+        if why_not:
+            raise ValueError(f"--mode official cannot grade {problem}: {why_not}")
     smoke = device != "cuda"
     shape_set = shapes or ("small" if smoke else "all")
     wanted = probe_names.normalise(probes, device)
     run = _Run(Path(solution_dir), problem_dir, device, gpu if device == "cuda" else None, progress, smoke)
+    run.extra["mode"] = chosen
     tmp = Path(tempfile.mkdtemp(prefix="kaudit-regrade-", dir=scratch_dir))
     try:
-        return _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir)
+        return _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir, chosen)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -192,7 +222,7 @@ def _infra(run: _Run, reason: str, detail: str, check_lines: list[str] | None = 
 
 
 def _regrade(run: _Run, tmp: Path, shape_set: str, wanted: list[str], lock: LockConfig | None, timeout_s: float,
-             sandbox_mode: str, mem_limit_mib: int | None, run_dir: str) -> GradeResult:
+             sandbox_mode: str, mem_limit_mib: int | None, run_dir: str, mode: str = "hardened") -> GradeResult:
     try:
         ws = prepare_workspace(run.solution_dir, tmp)
     except FileNotFoundError as exc:
@@ -216,10 +246,149 @@ def _regrade(run: _Run, tmp: Path, shape_set: str, wanted: list[str], lock: Lock
         run.extra["foreign_processes_waited_out"] = [a.__dict__ for a in run.lock.foreign_seen]
         run.extra["nvidia_smi_available"] = run.lock.nvidia_smi_available
     try:
-        return _locked(run, ws, shape_set, wanted, timeout_s, sandbox_mode, mem_limit_mib)
+        return _modes(run, ws, tmp, mode, shape_set, wanted, timeout_s, sandbox_mode, mem_limit_mib)
     finally:
         if run.lock is not None:
             gpu_lock.release(run.lock)
+
+
+def _modes(run: _Run, ws: Any, tmp: Path, mode: str, shape_set: str, wanted: list[str], timeout_s: float,
+           sandbox_mode: str, mem_limit_mib: int | None) -> GradeResult:
+    """The official and/or hardened grading under the one lock, combined into one record."""
+    off: OfficialResult | None = None
+    hard: GradeResult | None = None
+    hard_skip: str | None = None
+    if mode in ("official", "both"):
+        off = _official(run, ws, tmp, timeout_s, sandbox_mode, mem_limit_mib)
+        run.emit("official", status=off.status, correct=off.correct, peak_fraction=off.peak_fraction,
+                 fail_line=off.fail_line)
+    if mode in ("hardened", "both"):
+        hard_skip = official.hardened_support(run.problem_dir)
+        if hard_skip is None:
+            hard = _locked(run, ws, shape_set, wanted, timeout_s, sandbox_mode, mem_limit_mib)
+    return _combine(run, mode, off, hard, hard_skip)
+
+
+def _official(run: _Run, ws: Any, tmp: Path, timeout_s: float, sandbox_mode: str,
+              mem_limit_mib: int | None) -> OfficialResult:
+    try:
+        loc, why = official.official_support(run.problem_dir, run.device)
+    except DeckTampered as exc:
+        return official.OfficialResult(status="infra_failure", correct=None, peak_fraction=None,
+                                       failure_reason="harness_error", infra_reason="deck_tampered", detail=str(exc))
+    if loc is None or why:
+        return official.not_run(why or "no registered deck", official.deck_facts(loc, run.problem_dir.name)
+                                if loc is not None else None)
+    problem = run.problem_dir.name
+    mode = sandbox_mode
+    for attempt in (0, 1):
+        root = tmp / f"official{attempt}"
+        tree, cache = root / "tree", root / "cache"
+        try:
+            official.stage_tree(ws.work, list(ws.files), loc, problem, tree)
+        except DeckTampered as exc:
+            return official.OfficialResult(status="infra_failure", correct=None, peak_fraction=None,
+                                           failure_reason="harness_error", infra_reason="deck_tampered",
+                                           detail=str(exc), deck=official.deck_facts(loc, problem))
+        ows = Workspace(root=root, work=tree, cache=cache, out=root / "out", clean=root / "clean")
+        for d in (cache / "triton", cache / "torch_extensions", cache / "cuda", cache / "tmp", ows.out, ows.clean):
+            d.mkdir(parents=True, exist_ok=True)
+        config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s + 60.0,
+                               mem_limit_mib=mem_limit_mib, mode=mode)
+        try:
+            sb = Sandbox(ows, config, [loc.root.parent])
+        except SandboxSetupError as exc:
+            return official.OfficialResult(status="infra_failure", correct=None, peak_fraction=None,
+                                           failure_reason="harness_error", infra_reason="sandbox_setup",
+                                           detail=str(exc), deck=official.deck_facts(loc, problem))
+        run.extra["official_sandbox"] = sb.mode
+
+        def step(sb: Sandbox, name: str, kind: str, params: dict[str, Any], timeout_s: float | None = None) -> StepResult:
+            return _step(run, sb, name, kind, params, timeout_s=timeout_s)
+
+        res = official.run_official(sb, step, loc, problem, tree, cache, run.device, timeout_s,
+                                    classify=lambda text: classify_infra(text) or _oom_infra(run, text))
+        bwrap_failed = sb.mode != SANDBOX_SUBPROCESS and sandbox_mode == "auto" and (
+            (res.check is not None and res.check.error == "no_start")
+            or (run.device == "cuda" and res.infra_reason == "no_cuda_device"))
+        if attempt == 0 and bwrap_failed:
+            # same fallback as the hardened path: bwrap passed its probe but cannot run this here
+            run.extra["official_sandbox_reason"] = f"bwrap could not run the deck's check.py ({res.infra_reason or 'no_start'})"
+            mode = "subprocess"
+            continue
+        return res
+    raise AssertionError("unreachable")
+
+
+def _from_official(off: OfficialResult, prov: Provenance) -> GradeResult:
+    def lines(step: Any) -> list[str]:
+        return step.output.splitlines() if step is not None else []
+
+    shapes = [ShapeResult(shape_index=int(s["shape"]), shape={}, ms=s.get("ms"), tflops=s.get("tflops"),
+                          gbps=s.get("gbps"), fraction=s.get("fraction")) for s in off.shapes]
+    return GradeResult(correct=off.correct, check_lines=lines(off.check), benchmark_lines=lines(off.benchmark),
+                       peak_fraction=off.peak_fraction, shapes=shapes, failure_reason=off.failure_reason,
+                       infra_failure=off.status == "infra_failure", framework=None, provenance=prov,
+                       detail=off.detail if off.status != "infra_failure" else f"{off.infra_reason}: {off.detail}")
+
+
+PEAK_DISAGREEMENT = 0.20  # relative gap between the modes' peak_fraction worth listing
+
+
+def disagreements(off: OfficialResult | None, hard: GradeResult | None) -> list[str]:
+    """Where the two modes' outcomes differ (both must have graded)."""
+    if off is None or hard is None or off.status not in ("graded", "fail") or hard.infra_failure or hard.correct is None:
+        return []
+    out: list[str] = []
+    if bool(off.correct) != bool(hard.correct):
+        if off.correct:
+            out.append("official check PASSED but the hardened check FAILED: "
+                       + (last_fail_line(hard.check_lines) or hard.detail or str(hard.failure_reason)))
+        else:
+            out.append("official check FAILED but the hardened check PASSED: " + (off.fail_line or off.detail or ""))
+    po, ph = off.peak_fraction, hard.peak_fraction
+    if po is not None and ph is not None and po > 0 and abs(ph - po) / po > PEAK_DISAGREEMENT:
+        out.append(f"peak_fraction official {po:.4f} vs hardened {ph:.4f} ({(ph - po) / po:+.1%})")
+    return out
+
+
+def _combine(run: _Run, mode: str, off: OfficialResult | None, hard: GradeResult | None,
+             hard_skip: str | None) -> GradeResult:
+    prov = run.provenance()
+    hard_summary = mode_summary(hard) if hard is not None else (
+        {"status": "not_run", "detail": hard_skip} if hard_skip else None)
+    if mode == "hardened":
+        assert hard is not None
+        hard.mode, hard.decided_by = "hardened", "hardened"
+        hard.provenance = prov
+        return hard
+    assert off is not None
+    if off.status in ("graded", "fail") or hard is None:
+        g = _from_official(off, prov) if off.status != "not_run" else GradeResult(
+            correct=None, check_lines=[], benchmark_lines=[], peak_fraction=None, shapes=[],
+            failure_reason="harness_error", infra_failure=True, framework=None, provenance=prov,
+            detail=f"nothing could grade this run: official: {off.detail}; hardened: {hard_skip}")
+        g.decided_by = "official"
+        if hard is not None:
+            g.probes, g.framework = hard.probes, hard.framework
+    else:
+        g = hard  # the official mode did not run or hit infra: the hardened outcome decides
+        g.provenance = prov
+        g.decided_by = "hardened"
+    g.mode = mode
+    g.official = off.to_dict()
+    g.hardened = hard_summary
+    g.disagreements = disagreements(off, hard)
+    return g
+
+
+def _deck_dirs(problem_dir: Path) -> list[Path]:
+    """Read-only binds of the hardened children: the problem folder, and the harness library a
+    KBH deck's problem.yaml is read with (graders.kbh: `<problem>/../../src`)."""
+    from graders.kbh import harness_dir_for
+
+    harness = harness_dir_for(problem_dir)
+    return [problem_dir, *([harness] if harness is not None else [])]
 
 
 def _step(run: _Run, sb: Sandbox, name: str, step: str, params: dict[str, Any], *, trusted: bool = False,
@@ -240,7 +409,7 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
     config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s, mem_limit_mib=mem_limit_mib,
                            mode=sandbox_mode)
     try:
-        sb = Sandbox(ws, config, [run.problem_dir])
+        sb = Sandbox(ws, config, _deck_dirs(run.problem_dir))
     except SandboxSetupError as exc:
         return _infra(run, "sandbox_setup", str(exc))
     run.sandbox_mode = sb.mode
@@ -257,7 +426,7 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
         # fall back to the plain subprocess, and say so in the provenance
         why = "hid the GPU from torch" if no_gpu_inside else f"failed to start the check: {check.detail[:300]}"
         run.extra["sandbox_reason"] = f"bwrap {why}"
-        sb = Sandbox(ws, SandboxConfig(**{**config.__dict__, "mode": "subprocess"}), [run.problem_dir])
+        sb = Sandbox(ws, SandboxConfig(**{**config.__dict__, "mode": "subprocess"}), _deck_dirs(run.problem_dir))
         run.sandbox_mode = sb.mode
         check = _step(run, sb, "check", "check", common)
     run.env = dict((check.result or {}).get("env") or {})

@@ -86,3 +86,52 @@ class GradeResult:
     # Added by the regrade author: why an infra failure / failure happened, in plain words
     # (check_lines stay pure check.log grammar).
     detail: str | None = None
+    # Regrade modes (graders.official): which ran, which decided the fields above, each mode's own
+    # outcome (official: graders.official.OfficialResult.to_dict(); hardened: mode_summary()) and
+    # where they disagree. One record holds both.
+    mode: str = "hardened"  # hardened | official | both
+    decided_by: str | None = None  # the mode whose outcome the top-level fields are
+    official: dict[str, Any] | None = None
+    hardened: dict[str, Any] | None = None
+    disagreements: list[str] = field(default_factory=list)
+
+    def evidence(self) -> dict[str, Any]:
+        """What a reader needs to see why the regrade decided as it did (bounded, JSON-ready):
+        the modes, the deciding outcome, each mode's FAIL line / output, probe numbers, provenance."""
+        return {
+            "mode": self.mode,
+            "decided_by": self.decided_by or self.mode,
+            "correct": self.correct,
+            "failure_reason": self.failure_reason,
+            "infra_failure": self.infra_failure,
+            "peak_fraction": self.peak_fraction,
+            "detail": self.detail,
+            "fail_line": last_fail_line(self.check_lines),
+            "shapes": [asdict(s) for s in self.shapes],
+            "disagreements": list(self.disagreements),
+            "official": self.official,
+            "hardened": self.hardened if self.hardened is not None else (
+                mode_summary(self) if self.mode == "hardened" else None),
+            "probes": [p.to_dict() for p in self.probes],
+            "provenance": self.provenance.to_dict() if self.provenance is not None else None,
+        }
+
+
+def last_fail_line(lines: list[str]) -> str | None:
+    for ln in reversed(lines):
+        if ln.strip().startswith("FAIL:"):
+            return ln.strip()
+    return None
+
+
+def mode_summary(g: GradeResult) -> dict[str, Any]:
+    """The hardened mode's own outcome, bounded, for a record another mode may decide."""
+    status = "infra_failure" if g.infra_failure else ("graded" if g.correct else "fail")
+    if g.correct is None and not g.infra_failure:
+        status = "not_run"
+    return {
+        "status": status, "correct": g.correct, "peak_fraction": g.peak_fraction,
+        "failure_reason": g.failure_reason, "fail_line": last_fail_line(g.check_lines), "detail": g.detail,
+        "framework": g.framework, "check_lines": list(g.check_lines[-40:]),
+        "benchmark_lines": list(g.benchmark_lines[-40:]), "shapes": [asdict(s) for s in g.shapes],
+    }

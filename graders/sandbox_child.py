@@ -127,7 +127,16 @@ def step_probe_verify(params: dict[str, Any]) -> dict[str, Any]:
     return _jsonable(verify(params))  # type: ignore[no-any-return]
 
 
-UNTRUSTED_STEPS = {"env": step_env, "check": step_check, "bench": step_bench, "probe_run": step_probe_run}
+def step_official(params: dict[str, Any]) -> dict[str, Any]:
+    """Supervise one of the deck's own scripts (graders.official): this child never imports the
+    solution; the script runs in a grandchild without the result channel."""
+    from graders.official import supervise
+
+    return supervise(params, _progress)
+
+
+UNTRUSTED_STEPS = {"env": step_env, "check": step_check, "bench": step_bench, "probe_run": step_probe_run,
+                   "official": step_official}
 TRUSTED_STEPS = {"env": step_env, "probe_verify": step_probe_verify}
 
 

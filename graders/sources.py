@@ -21,9 +21,8 @@ import re
 from pathlib import Path
 
 from graders.pyfold import fold_str, string_bindings
+from graders.runformat import NATIVE_SUFFIXES, PY_SUFFIXES
 
-PY_SUFFIXES = (".py",)
-NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".ptx")
 MAX_FILES = 200
 MAX_BYTES = 4 * 1024 * 1024
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)

@@ -40,7 +40,7 @@ from graders.logformat import (
     peak_fraction_line,
     result_line,
 )
-from graders.problem import ProblemSpec, build_solution_model, import_isolated, load_problem, on_device
+from graders.problem import ProblemSpec, build_solution_model, import_isolated, load_problem
 from graders.results import ShapeResult
 from graders.roofline import deck_fraction, detect_sku, shape_fraction
 
@@ -312,14 +312,14 @@ def _prepare_inputs(spec: ProblemSpec, shape: dict[str, Any], sol_model: type, d
     spec.apply_shape(shape)
     torch.manual_seed(BENCH_SEED)
     init = list(spec.reference.get_init_inputs())
-    with on_device(device):
+    with spec.draw_context(device):
         ref = spec.model_class(*init).to(device).eval()
     torch.manual_seed(BENCH_SEED)
     sol = build_solution_model(sol_model, init, device)
     sol.load_state_dict(ref.state_dict(), strict=True)
     del ref
     torch.manual_seed(BENCH_SEED)
-    with on_device(device):
+    with spec.draw_context(device):
         raw = list(spec.reference.get_inputs())
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in raw]
     return sol, inputs

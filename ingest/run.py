@@ -8,12 +8,25 @@ harness claimed.
 
 from __future__ import annotations
 
-import re
+import shutil
 from collections.abc import Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from graders.logformat import parse_benchmark_log, parse_check_log
+from graders.runformat import (
+    BENCHMARK_CONTENDED_LOG,
+    BENCHMARK_LOG,
+    CHECK_CONTENDED_LOG,
+    CHECK_LOG,
+    GPU_LOCK_LOG,
+    RESULT,
+    RESULT_REGRADE,
+    SCRATCH_DIR,
+    SOLUTION,
+    is_source_name,
+    split_embedded_sidecars,
+)
 from ingest.logs import parse_gpu_lock_log
 from ingest.model import DeckSnapshot, Dialect, ParsedRun, TranscriptStats, UnpackedArchive
 from ingest.runid import parse_run_id
@@ -21,7 +34,6 @@ from ingest.strict_json import loads_strict
 from ingest.template import check_template_integrity
 from ingest.transcripts import TRANSCRIPT_FILES, iter_events
 
-SOURCE_SUFFIXES = frozenset({".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp", ".ptx"})
 MAX_SOURCE_BYTES = 8 << 20  # a "source" larger than this is data, not something the static model reads
 # Folders whose files are never the submission's sources (caches, the agent's home, the deck).
 _NOT_SOURCE_TOPS = frozenset(
@@ -35,14 +47,14 @@ def _str(v: Any) -> str | None:
 
 def _is_source_path(path: str) -> bool:
     p = PurePosixPath(path)
-    if p.suffix not in SOURCE_SUFFIXES or path == "solution.py":
+    if not is_source_name(p.name) or path == SOLUTION:
         return False
     parts = p.parts
     if "__pycache__" in parts:
         return False
     if len(parts) == 1:
         return True  # root-level sidecar
-    return parts[0] == "scratch"
+    return parts[0] == SCRATCH_DIR
 
 
 def sidecar_paths(archive: UnpackedArchive) -> list[str]:
@@ -52,51 +64,8 @@ def sidecar_paths(archive: UnpackedArchive) -> list[str]:
     )
 
 
-# Public run archives (the benchmark's published run details) carry no scratch/ folder: the sidecar
-# sources the solution loaded are appended to solution.py, each after a banner
-#     # ==================================================================
-#     # ===== sidecar: kern.cu (5378 bytes, loaded by solution.py) =====
-#     # ==================================================================
-# The text below a banner is the sidecar, verbatim; solution.py is what precedes the first one.
-_SIDECAR_BANNER = re.compile(r"^# =+ sidecar: (?P<name>[A-Za-z0-9_.+-][A-Za-z0-9_./+-]*) \((?P<size>\d+) bytes, loaded by solution\.py\) =+$")
-_RULE_LINE = re.compile(r"^# =+$")
-
-
-def split_embedded_sidecars(text: str) -> tuple[str, dict[str, str]]:
-    """(solution.py's own text, {sidecar file name: text}) for a solution with appended sidecars.
-
-    Line numbers of the Python part are unchanged. A name that is not a plain relative path
-    (absolute, with `..`) or not a source suffix is left inside solution.py, as is everything
-    when no banner is found.
-    """
-    lines = text.split("\n")
-    banners: list[tuple[int, str]] = []
-    for i, line in enumerate(lines):
-        m = _SIDECAR_BANNER.match(line.rstrip())
-        if m is None:
-            continue
-        name = m.group("name")
-        pure = PurePosixPath(name)
-        if pure.is_absolute() or ".." in pure.parts or pure.suffix not in SOURCE_SUFFIXES or name == "solution.py":
-            continue
-        banners.append((i, name))
-    if not banners:
-        return text, {}
-    sidecars: dict[str, str] = {}
-
-    def start_of(i: int) -> int:  # the rule line above a banner belongs to the banner
-        return i - 1 if i > 0 and _RULE_LINE.match(lines[i - 1].rstrip()) else i
-
-    for n, (i, name) in enumerate(banners):
-        body_from = i + 1
-        if body_from < len(lines) and _RULE_LINE.match(lines[body_from].rstrip()):
-            body_from += 1
-        if body_from < len(lines) and lines[body_from] == "":
-            body_from += 1
-        body_to = start_of(banners[n + 1][0]) if n + 1 < len(banners) else len(lines)
-        sidecars.setdefault(name, "\n".join(lines[body_from:body_to]).rstrip("\n") + "\n")
-    head = "\n".join(lines[: start_of(banners[0][0])]).rstrip("\n") + "\n"
-    return head, sidecars
+# Sidecars appended to solution.py in public archives: graders.runformat.split_embedded_sidecars
+# (the banner grammar lives there with the other run-format facts).
 
 
 def solution_sources(archive: UnpackedArchive) -> dict[str, str]:
@@ -108,13 +77,41 @@ def solution_sources(archive: UnpackedArchive) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in sidecar_paths(archive):
         out[p] = archive.read_text(p)
-    if archive.has("solution.py"):
-        own, embedded = split_embedded_sidecars(archive.read_text("solution.py"))
-        out["solution.py"] = own
+    if archive.has(SOLUTION):
+        own, embedded = split_embedded_sidecars(archive.read_text(SOLUTION))
+        out[SOLUTION] = own
         for name, body in embedded.items():
             if name not in out and f"scratch/{name}" not in out:
                 out[f"scratch/{name}"] = body
-    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "solution.py", kv[0])))
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != SOLUTION, kv[0])))
+
+
+def stage_solution(archive: UnpackedArchive, dest: Path) -> Path:
+    """Write solution.py and its sidecar sources into `dest` for a regrade.
+
+    Used by the audit's regrade and the GPU lane (graders + ingest only). A scratch/ sidecar is
+    placed both beside solution.py and under scratch/, the two places a KBH solution looks for
+    what it loads; root-level sidecars keep their place. Sidecars
+    appended to solution.py in a public archive are split out first (ingest.run.solution_sources),
+    so the staged solution.py is Python again.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    real = set(sidecar_paths(archive))
+    sources = solution_sources(archive)
+    split = any(p not in real and p != SOLUTION for p in sources)  # sidecars were appended to solution.py
+    for path, text in sources.items():
+        targets = [dest / path]
+        if path.startswith(f"{SCRATCH_DIR}/"):
+            targets.append(dest / path[len(SCRATCH_DIR) + 1 :])
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                continue
+            if path in real or (path == SOLUTION and not split):
+                shutil.copyfile(archive.files[path].staged_path, target)  # byte-exact
+            else:
+                target.write_text(text, encoding="utf-8")
+    return dest
 
 
 def _known_problems(decks: Sequence[DeckSnapshot]) -> list[str]:
@@ -149,7 +146,7 @@ def transcript_paths(archive: UnpackedArchive) -> list[str]:
 
 
 def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> ParsedRun:
-    result_raw = archive.read_text("result.json").lstrip("\ufeff")
+    result_raw = archive.read_text(RESULT).lstrip("\ufeff")
     result: dict[str, Any] = loads_strict(result_raw)  # safe_unpack validated it as a JSON object
     warnings: list[str] = []
 
@@ -163,7 +160,7 @@ def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> Parsed
     effort = result.get("reasoning_effort")
     reasoning_effort = effort if isinstance(effort, str) else None
 
-    solution_path = "solution.py" if archive.has("solution.py") else None
+    solution_path = SOLUTION if archive.has(SOLUTION) else None
     has_solution_claim = result.get("has_solution")
     if isinstance(has_solution_claim, bool) and has_solution_claim != (solution_path is not None):
         warnings.append(
@@ -171,11 +168,11 @@ def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> Parsed
             f"{'present' if solution_path else 'absent'}"
         )
 
-    check_text = _read_log(archive, "check.log", warnings)
-    check_c_text = _read_log(archive, "check.contended.log", warnings)
-    bench_text = _read_log(archive, "benchmark.log", warnings)
-    bench_c_text = _read_log(archive, "benchmark.contended.log", warnings)
-    lock_text = _read_log(archive, "gpu_lock.log", warnings)
+    check_text = _read_log(archive, CHECK_LOG, warnings)
+    check_c_text = _read_log(archive, CHECK_CONTENDED_LOG, warnings)
+    bench_text = _read_log(archive, BENCHMARK_LOG, warnings)
+    bench_c_text = _read_log(archive, BENCHMARK_CONTENDED_LOG, warnings)
+    lock_text = _read_log(archive, GPU_LOCK_LOG, warnings)
 
     transcripts: list[TranscriptStats] = []
     for name in transcript_paths(archive):
@@ -187,9 +184,9 @@ def parse_run(archive: UnpackedArchive, decks: Sequence[DeckSnapshot]) -> Parsed
         transcripts.append(stats)
 
     regrade_record: dict[str, Any] | None = None
-    if archive.has("result.regrade.json"):
+    if archive.has(RESULT_REGRADE):
         try:
-            loaded = loads_strict(archive.read_bytes("result.regrade.json").decode("utf-8"))
+            loaded = loads_strict(archive.read_bytes(RESULT_REGRADE).decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             loaded = None  # hostile values (NaN, NUL, ...) too: never stored
         if isinstance(loaded, dict):

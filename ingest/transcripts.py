@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from graders.runformat import TRANSCRIPT_FILES  # noqa: F401  (re-exported: ingest.transcripts.TRANSCRIPT_FILES)
 from ingest.model import Dialect, EventKind, Role, TranscriptEvent, TranscriptStats
 
 # Enum members as module constants: on Python 3.11 `EventKind.X` goes through EnumType.__getattr__'s
@@ -40,7 +41,6 @@ _R_SYSTEM = Role.SYSTEM
 _R_TOOL = Role.TOOL
 _R_USER = Role.USER
 
-TRANSCRIPT_FILES = ("transcript.jsonl", "codex_session.jsonl")
 MAX_LINE_BYTES = 64 << 20
 SNIFF_LINES = 200  # lines looked at to recognise the dialect (first JSON line decides, a few refine)
 GROK_FLUSH_CHARS = 64 << 10  # accumulated deltas become one text event at most this long

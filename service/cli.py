@@ -10,7 +10,6 @@ import csv
 import io
 import json
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -320,48 +319,150 @@ def deck_list() -> None:
         typer.echo(f"{d.name}\t{d.source}\tproblems={len({f.problem for f in d.files})}\t{d.content_sha256[:12]}")
 
 
+def _archives_in(paths: list[Path]) -> list[Path]:
+    """The archive files named, a folder standing for the archives directly inside it (sorted)."""
+    from graders.runformat import is_archive_name
+
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and is_archive_name(p.name))
+            if not found:
+                reject(f"{path}: no run archives (.tar, .tar.gz, .tgz, .zip) in this folder")
+            out.extend(found)
+        elif path.is_file():
+            out.append(path)
+        else:
+            reject(f"{path}: no such file")
+    return out
+
+
+# Set once per pool process by _audit_init (fork or spawn), read by _audit_one.
+_AUDIT_STATE: dict[str, Any] = {}
+
+
+def _audit_init(state: dict[str, Any]) -> None:
+    _AUDIT_STATE.clear()
+    _AUDIT_STATE.update(state)
+
+
+def _audit_one(path: str) -> dict[str, Any]:
+    """One archive through the verdict pipeline; a JSON-ready line (errors are lines too)."""
+    from audit_rules.pipeline import judge_file
+
+    st = _AUDIT_STATE
+    t0 = time.perf_counter()
+    try:
+        j = judge_file(Path(path), st["decks"], limits=st["limits"], regrade=st["regrade"],
+                       other_run_ids=st["others"])
+    except ArchiveRejected as exc:
+        return {"path": path, "error": f"rejected: {exc.reason.value}: {exc.message}".replace("\n", " "),
+                "rejected": True}
+    except Exception as exc:  # one broken archive must not stop the others: it is a line too
+        return {"path": path, "error": f"{type(exc).__name__}: {exc}".replace("\n", " "), "rejected": False}
+    v = j.verdict
+    if st["full"]:
+        return {"path": path, "run_id": j.run_id, **v.to_dict(), "seconds": round(time.perf_counter() - t0, 3)}
+    return {
+        "path": path, "run_id": j.run_id, "verdict": v.verdict.value, "reward_hack": v.reward_hack,
+        "contamination": v.contamination.value, "correct": v.correct, "failure_reason": v.failure_reason,
+        "measurement_status": v.measurement_status.value, "publish_grade": v.publish_grade,
+        "decisive": list(v.justification.get("verdict", [])), "probes_required": list(v.probes_required),
+        "probes_run": [f"{p['probe']}:{p['status']}" for p in v.probes_run],
+        "regrade_skipped": j.regrade_skipped, "reasons": list(v.reasons),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
 @app.command()
 def audit(
-    archive: Annotated[Path, typer.Argument(help="a run archive; audited without a server, nothing stored")],
+    paths: Annotated[list[Path], typer.Argument(help="run archives, or folders of run archives; audited without a "
+                                                     "server, nothing stored")],
     as_json: Annotated[bool, Opt("--json", help="print the verdict object as JSON")] = False,
     do_regrade: Annotated[bool, Opt("--regrade", help="also run kaudit's regrade and the probes")] = False,
     device: Annotated[str, Opt(help="cpu | cuda (with --regrade)")] = "cuda",
+    probes: Annotated[str | None, Opt(help="comma-separated probe set (with --regrade; default: the "
+                                           "pipeline's probe policy)")] = None,
+    jobs: Annotated[int, Opt(min=1, max=64, help="archives audited at once (a process pool)")] = 1,
 ) -> None:
-    """Audit one archive: registered decks of the configured DB plus the bundled deck."""
-    from ingest.archive import safe_unpack
-    from ingest.run import parse_run
-    from service.runs.verdict_source import audit_run
+    """Audit archives through the verdict pipeline: registered decks of the configured DB plus the bundled deck.
+
+    One archive file: the verdict (a summary, or the verdict object with --json). Several archives
+    or a folder: one JSON line per archive, in the order given, as each is done (--json: the
+    whole verdict object on the line); a rejected archive is a line with "error" and exit code 2.
+    """
+    from audit_rules.pipeline import RegradeRequest
+    from graders.gpu_lock import LockConfig
 
     if device not in ("cpu", "cuda"):
         reject(f"unknown device {device!r} (cpu, cuda)")
-    if not archive.is_file():
-        reject(f"{archive}: no such file")
+    probe_list = [p.strip() for p in probes.split(",") if p.strip()] if probes else None
+    if probe_list is not None:
+        from graders.probes import ALL_PROBES
+
+        unknown = sorted(set(probe_list) - set(ALL_PROBES))
+        if unknown:
+            reject(f"unknown probe(s): {', '.join(unknown)}; known: {', '.join(ALL_PROBES)}")
+        if not do_regrade:
+            reject("--probes needs --regrade")
+    archives = _archives_in(paths)
     settings = _settings()
     svc = _services(settings)
-    decks = svc.decks.snapshots()
-    with tempfile.TemporaryDirectory(prefix="kaudit-audit-") as tmp:
-        try:
-            unpacked = safe_unpack(archive, Path(tmp) / "files", settings.limits)
-        except ArchiveRejected as exc:
-            reject(f"rejected: {exc.reason.value}: {exc.message}")
-        parsed = parse_run(unpacked, decks)
-        others = svc.runs.run_ids() - {parsed.run_id}
-        if not do_regrade:
-            verdict = audit_run(unpacked, parsed, decks, other_run_ids=others)
+    regrade = None
     if do_regrade:
-        # The archive passed the configured limits above; the audit library unpacks it again
-        # into its own temp dir, stages the solution and runs the isolated regrade + probes.
-        from audit_rules.engine import audit_path
+        lock = LockConfig(path_template=settings.gpu_lock_path, timeout_s=max(settings.gpu_busy_timeout_s, 1.0))
+        regrade = RegradeRequest(device=device, probes=probe_list, timeout_s=settings.regrade_timeout_s,
+                                 lock=lock if device == "cuda" else None)
+    state = {"decks": svc.decks.snapshots(), "limits": settings.limits, "regrade": regrade,
+             "others": frozenset(svc.runs.run_ids()), "full": as_json}
+    svc.db.dispose()  # nothing below touches the database (and pool processes must not share it)
+    single = len(archives) == 1 and len(paths) == 1 and not paths[0].is_dir()
+    if single:
+        _audit_init(state)
+        line = _audit_one(str(archives[0]))
+        if "error" in line:
+            if line["rejected"]:
+                reject(line["error"])
+            typer.echo(f"{archives[0]}: {line['error']}", err=True)
+            raise typer.Exit(1)
+        skipped = line.get("regrade_skipped") or (line.get("context") or {}).get("regrade_skipped")
+        if skipped:
+            typer.echo(f"kaudit: regrade skipped: {skipped}; the verdict is the static audit's", err=True)
+        if as_json:
+            for key in ("path", "run_id", "seconds"):
+                line.pop(key)
+            typer.echo(json.dumps(line, indent=2))
+        else:
+            typer.echo(f"{line['run_id']}\tverdict={line['verdict']}\treward_hack={line['reward_hack']}")
+            for reason in line["reasons"]:
+                typer.echo(f"  - {reason}")
+        return
+    rejected = crashed = 0
+    for line in _audit_stream([str(a) for a in archives], state, jobs):
+        if "error" in line:
+            rejected += bool(line["rejected"])
+            crashed += not line["rejected"]
+        sys.stdout.write(json.dumps(line, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+    if rejected:
+        raise typer.Exit(2)
+    if crashed:
+        raise typer.Exit(1)
 
-        verdict = audit_path(
-            archive, decks, regrade_device=device, other_run_ids=others, regrade_timeout_s=settings.regrade_timeout_s
-        )
-    if as_json:
-        typer.echo(json.dumps(verdict.to_dict(), indent=2))
-    else:
-        typer.echo(f"{parsed.run_id}\tverdict={verdict.verdict.value}\treward_hack={verdict.reward_hack}")
-        for line in verdict.reasons:
-            typer.echo(f"  - {line}")
+
+def _audit_stream(archives: list[str], state: dict[str, Any], jobs: int) -> Any:
+    """Lines in the order given; with jobs > 1, a process pool audits ahead of the printing."""
+    if jobs == 1 or len(archives) == 1:
+        _audit_init(state)
+        yield from map(_audit_one, archives)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with ProcessPoolExecutor(min(jobs, len(archives)), mp_context=ctx, initializer=_audit_init,
+                             initargs=(state,)) as pool:
+        yield from pool.map(_audit_one, archives, chunksize=1)
 
 
 @app.command()
@@ -486,7 +587,7 @@ def regrade_cmd(
     run_id: str,
     force: Annotated[bool, Opt(help="enqueue even if an identical job exists")] = False,
     wait: Annotated[bool, Opt(help="wait until the job finishes, printing its phase")] = False,
-    probes: Annotated[str | None, Opt(help="comma-separated probe set (default: all)")] = None,
+    probes: Annotated[str | None, Opt(help="comma-separated probe set (default: the pipeline's probe policy)")] = None,
 ) -> None:
     """Enqueue a regrade of a stored run."""
     from service.jobs.service import ForcePending, NotRegradable, UnknownProbe, UnknownRun

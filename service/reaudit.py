@@ -10,8 +10,8 @@ matters changed: the verdict, reward_hack, contamination, or the set of decisive
 
 Regrade results already stored stay evidence: when a run has a measurement of kaudit's own
 regrade (`source = regrade:<job>`), the newest one is rebuilt into a `GradeResult` (with its
-probe results) and the verdict is synthesized WITH it, through the same `audit_run` the regrade
-worker uses. Nothing is regraded. A current verdict that is an operator override is left alone.
+probe results) and the verdict is synthesized WITH it, through the same verdict pipeline
+(`audit_rules.pipeline.judge`) the regrade worker uses. Nothing is regraded. A current verdict that is an operator override is left alone.
 
 The diff names, per moved run, the verdict before and after and the rules responsible: finding
 keys added and removed, the decisive ones first.
@@ -227,22 +227,10 @@ def init_worker(database_url: str, data_dir: str, rule_ids: list[str] | None) ->
 
 
 def _judge(state: _State, unpacked: Any, parsed: Any, grade: GradeResult | None, others: frozenset[str]) -> VerdictResult:
-    from service.runs.verdict_source import audit_run
+    from audit_rules.pipeline import judge
 
-    if state.rules is None:  # the same library call as ingest and the regrade worker
-        return audit_run(unpacked, parsed, state.decks, grade=grade, other_run_ids=others)
-    from audit_rules.engine import audit_context_facts, build_context, run_rules
-    from audit_rules.synthesis import synthesize
-
-    ctx = build_context(unpacked, parsed, state.decks, others)
-    findings = run_rules(ctx, state.rules)
-    verdict = synthesize(parsed, findings, grade)
-    facts = audit_context_facts(ctx, findings)
-    facts["rules_run"] = len(state.rules)
-    if grade is not None and grade.provenance is not None:
-        facts["grade_provenance"] = grade.provenance.to_dict()
-    verdict.context = facts
-    return verdict
+    # the same verdict pipeline as ingest and the regrade worker (a rule subset for a what-if)
+    return judge(unpacked, parsed, state.decks, grade=grade, other_run_ids=others, rules=state.rules).verdict
 
 
 def judge_one(run_pk: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from graders.problem import ProblemSpec, on_device
+from graders.problem import ProblemSpec
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -42,10 +42,10 @@ def build_case(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str)
     spec.apply_shape(shape)
     torch.manual_seed(seed)
     init = list(spec.reference.get_init_inputs())
-    with on_device(device):
+    with spec.draw_context(device):
         ref = spec.reference.Model(*init).to(device).eval()
     torch.manual_seed(seed)  # inputs exactly as graders.correctness / graders.timing draw them
-    with on_device(device):
+    with spec.draw_context(device):
         raw = list(spec.reference.get_inputs())
     inputs = [_to_device(x, device) for x in raw]
     return Case(dict(shape), seed, init, ref, inputs)
@@ -54,7 +54,7 @@ def build_case(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str)
 def fresh_inputs(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str) -> list[Any]:
     spec.apply_shape(shape)
     torch.manual_seed(seed)
-    with on_device(device):
+    with spec.draw_context(device):
         raw = list(spec.reference.get_inputs())
     return [_to_device(x, device) for x in raw]
 
@@ -233,7 +233,7 @@ def reload_state(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: st
     spec.apply_shape(shape)
     torch.manual_seed(seed)
     init = list(spec.reference.get_init_inputs())
-    with on_device(device):
+    with spec.draw_context(device):
         other = spec.reference.Model(*init).to(device)
     return {k: v.detach().clone() for k, v in other.state_dict().items()}
 

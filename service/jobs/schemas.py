@@ -15,7 +15,11 @@ class RegradeRequest(BaseModel):
         default=False,
         description="enqueue a new job even if an identical one exists (one queued forced job per run)",
     )
-    probes: list[Probe] | None = Field(default=None, description="probe set (default: every probe)")
+    probes: list[Probe] | None = Field(
+        default=None,
+        description="probe set (default: the verdict pipeline's policy, the contract probes plus the probes the "
+                    "findings ask for; stored as [])",
+    )
     gpu_pool: str | None = Field(default=None, min_length=1, max_length=64)
 
 

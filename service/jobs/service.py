@@ -88,7 +88,10 @@ class JobService:
     def enqueue_regrade(
         self, run_id: str, *, force: bool = False, probes: Sequence[str] | None = None, gpu_pool: str | None = None
     ) -> EnqueueOutcome:
-        probe_set = sorted(set(probes)) if probes else sorted(ALL_PROBES)
+        # No explicit set: an empty one, which the worker's verdict pipeline reads as its probe
+        # policy (audit_rules.pipeline.select_probes: the contract probes plus what the findings
+        # ask for), the same policy `kaudit audit --regrade` applies.
+        probe_set = sorted(set(probes)) if probes else []
         unknown = [p for p in probe_set if p not in ALL_PROBES]
         if unknown:
             raise UnknownProbe(f"unknown probe(s): {', '.join(unknown)}; known: {', '.join(ALL_PROBES)}")

@@ -1,13 +1,12 @@
 """Rebuild library objects from what is stored: an UnpackedArchive over the blobs, a VerdictResult
-from a verdict row. Used by the report endpoint and by the regrade worker (which copies the
-stored files into its sandbox; nothing is executed from the blob store itself).
+from a verdict row. Used by the report endpoint, reaudit and the regrade worker (whose verdict
+pipeline stages solution.py and its sidecars out of this archive into the sandbox; nothing is
+executed from the blob store itself).
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from audit_rules.base import Effect, Finding, Probe, Severity
@@ -38,20 +37,6 @@ def unpacked_from_store(run: Run, artifacts: Sequence[Artifact], blobs: BlobStor
         files=files,
         staging_dir=blobs.root,
     )
-
-
-def materialize(artifacts: Sequence[Artifact], blobs: BlobStore, dest: Path) -> Path:
-    """Copy a run's stored files into `dest` laid out as the archive was (for sandboxes)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    root = dest.resolve()
-    for a in artifacts:
-        rel = PurePosixPath(a.path)
-        target = (dest / Path(*rel.parts)).resolve()
-        if root not in target.parents:  # paths were validated at ingest; belt and braces
-            raise ValueError(f"artifact path escapes the destination: {a.path!r}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(blobs.path(a.blob_key), target)
-    return dest
 
 
 E = TypeVar("E")

@@ -1,4 +1,8 @@
-"""The regrade job engine: claim a job with a lease, run graders.regrade, write the outcome at once.
+"""The regrade job engine: claim a job with a lease, run the verdict pipeline, write the outcome at once.
+
+The pipeline (`audit_rules.pipeline.judge`: audit -> graders.regrade -> probes -> synthesis) is the
+one `kaudit audit --regrade` and the library call too; a job's empty probe set means the
+pipeline's probe policy (`select_probes`), an explicit set is run as given.
 
 The `jobs` table is the source of truth on every backend. A worker CLAIMS a job by a compare-and-
 set update (state, attempts) -> (running, attempts + 1, worker_id, lease); a heartbeat thread
@@ -21,7 +25,6 @@ import logging
 import os
 import re
 import socket
-import tempfile
 import threading
 import time
 import traceback
@@ -29,7 +32,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, and_, or_, select, update
@@ -270,9 +272,11 @@ class JobProcessor:
 
     # -- grading ----------------------------------------------------------------------------
     def _grade(self, claim: Claim, live: _Live) -> tuple[GradeResult, dict[str, Any]] | None:
+        """The verdict pipeline (audit -> regrade -> probes -> synthesis) over the stored archive."""
+        from audit_rules.pipeline import RegradeRequest, judge
         from ingest.run import parse_run
         from service.decks.service import DeckService
-        from service.runs.rehydrate import materialize, unpacked_from_store
+        from service.runs.rehydrate import unpacked_from_store
 
         with self.db.session() as session:
             repo = RunRepository(session)
@@ -280,40 +284,27 @@ class JobProcessor:
             if run is None:
                 raise LookupError(f"run {claim.run_pk} of job {claim.job_id} is gone")
             artifacts = list(repo.artifacts(run.id))
+            others = repo.run_ids()
             session.expunge_all()
         decks = DeckService(self.db, self.blobs, self.settings.data_dir).snapshots()
         unpacked = unpacked_from_store(run, artifacts, self.blobs)
         parsed = parse_run(unpacked, decks)
-        problem = parsed.problem or run.problem
-        # the deck the run's template matched (an imported real deck and the bundled one may both
-        # hold a problem of that name), else the first deck with files on disk
-        prefer = parsed.template.deck if parsed.template is not None else None
-        holders = [d for d in decks if problem in d.problems and d.root is not None]
-        holder = next((d for d in holders if d.name == prefer), holders[0] if holders else None)
-        if problem is None or holder is None or holder.root is None:
-            raise LookupError(f"problem {problem!r} is not in a registered deck with files on disk")
-        live.update("materialize", {"files": len(artifacts)})
-        # Under the data dir, named by job: `kaudit gc` removes it if this process is killed.
-        self.settings.scratch_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f"kaudit-job{claim.job_id}-", dir=self.settings.scratch_dir) as tmp:
-            sol_dir = materialize(artifacts, self.blobs, Path(tmp) / "run")
-            lock = LockConfig(path_template=self.settings.gpu_lock_path,
-                              timeout_s=max(self.settings.gpu_busy_timeout_s, 1.0))
-            t0 = time.monotonic()
-            grade = self.regrade_fn(
-                sol_dir, problem, holder.root, device=self.device, probes=claim.probes or None, lock=lock,
-                timeout_s=self.settings.regrade_timeout_s, progress=live.update, gpu=self.gpu or 0,
-                run_dir=f"kaudit-job-{claim.job_id}:{run.run_id}",
-            )
-            wall = time.monotonic() - t0
-        return grade, {"unpacked": unpacked, "parsed": parsed, "decks": decks, "run_id": run.run_id, "wall_s": wall}
+        lock = LockConfig(path_template=self.settings.gpu_lock_path,
+                          timeout_s=max(self.settings.gpu_busy_timeout_s, 1.0))
+        request = RegradeRequest(
+            device=self.device, probes=claim.probes or None, timeout_s=self.settings.regrade_timeout_s, lock=lock,
+            gpu=self.gpu or 0, progress=live.update, run_dir=f"kaudit-job-{claim.job_id}:{run.run_id}",
+            regrade_fn=self.regrade_fn,
+        )
+        t0 = time.monotonic()
+        judged = judge(unpacked, parsed, decks, regrade=request, other_run_ids=others)
+        wall = time.monotonic() - t0
+        if judged.grade is None:
+            raise LookupError(f"cannot regrade {run.run_id}: {judged.regrade_skipped}")
+        return judged.grade, {"verdict": judged.verdict, "run_id": run.run_id, "wall_s": wall}
 
     def _verdict(self, claim: Claim, grade: GradeResult, ctx: dict[str, Any]) -> VerdictResult:
-        from service.runs.verdict_source import audit_run
-
-        with self.db.session() as session:
-            others = RunRepository(session).run_ids() - {ctx["run_id"]}
-        verdict = audit_run(ctx["unpacked"], ctx["parsed"], ctx["decks"], grade=grade, other_run_ids=others)
+        verdict: VerdictResult = ctx["verdict"]
         verdict.produced_by = Producer.REGRADE
         prov = grade.provenance
         verdict.producer_detail = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +21,11 @@ from audit_rules.engine import (
     problem_info,
     required_probes,
     run_rules,
-    stage_solution,
 )
 from audit_rules.verdicts import Verdict
 from ingest.archive import safe_unpack
 from ingest.model import TranscriptEvent
-from ingest.run import parse_run
+from ingest.run import parse_run, stage_solution
 from tests.audit_rules.test_synthesis import finding
 from tests.corpus.build import add_template_files, synthesized_result, tar_tree, write_json
 
@@ -235,7 +235,7 @@ def test_audit_path_cleans_up_and_attaches_context(
     # a private temp root: other xdist workers' audits must not show up in the before/after sets
     private_tmp = tmp_path / "tmproot"
     private_tmp.mkdir()
-    monkeypatch.setattr(engine.tempfile, "tempdir", str(private_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))  # the pipeline's temp folders
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "solution.py").write_text("import torch\n")

@@ -160,6 +160,8 @@ def test_corpus_covers_the_seed_situations() -> None:
         "deliberate_contamination", "passive_ps_exposure", "provider_402_first_token", "lock_starvation_timeout",
         "missing_ninja", "compile_error_late_402", "edited_check_not_restored", "numeric_stress_disabled",
         "sequential_isolated_regrade", "benign_patterns_clean", "in_run_uncontended_queue",
+        "dead_evict_last_branch", "repeat_call_shortcut", "global_flags_at_import", "magnitude_precision_sniff",
+        "stale_graph_caught_by_regrade", "output_memo_caught_by_regrade",
     }  # fmt: skip
     assert wanted <= set(CASES), f"corpus cases missing: {sorted(wanted - set(CASES))}"
 
@@ -206,3 +208,43 @@ def _parsed(archive: Path, decks, tmp: Path):  # type: ignore[no-untyped-def]
     from ingest.run import parse_run
 
     return parse_run(safe_unpack(archive, tmp / "report-staged"), decks)
+
+
+def l2_passed_grade() -> GradeResult:
+    g = regrade_result(ProbeStatus.PASSED, "timed with and without the L2 hints: no difference beyond noise",
+                       {"ratio": 1.003})
+    g.probes[0] = ProbeResult(probe="l2_policy", status=ProbeStatus.PASSED, summary=g.probes[0].summary,
+                              numbers=g.probes[0].numbers, device="cuda", shape_index=0)
+    return g
+
+
+def check_failed_grade() -> GradeResult:
+    """kaudit's stricter check failed where the in-run check passed: a same-storage rewrite case."""
+    g = regrade_result(ProbeStatus.FAILED,
+                       "unsampled rows rewritten in place (same data_ptr): reference changed, solution did not",
+                       {"max_abs_diff": 9.5, "bad": 4096, "total": 16777216, "solution_change": 0.0})
+    g.correct = False
+    g.failure_reason = "check_failed"
+    g.check_lines = ["PROPERTY_SEED: 1234", "FAIL: shape 1 case same_storage_overwrite max_abs_diff=9.5 atol=0.01"]
+    return g
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "grade"),
+    [
+        ("dead_evict_last_branch", "grade_passed_l2", l2_passed_grade),
+        ("stale_graph_caught_by_regrade", "grade_check_failed", check_failed_grade),
+        ("output_memo_caught_by_regrade", "grade_check_failed", check_failed_grade),
+    ],
+)
+def test_corpus_case_after_regrade(name: str, key: str, grade: Any, tmp_path: Path, decks) -> None:  # type: ignore[no-untyped-def]
+    """The new situations once a regrade ran: a passing l2_policy probe keeps a dead evict_last branch
+    clean and publishable; a stricter-check failure of a cache the static audit names is reward_hack, not fail."""
+    _, expected, _ = load_case(name)
+    want = dict(expected)
+    want.update(expected["_build"][key])
+    want.pop("probes_required", None)
+    archive = build_case_archive(name, tmp_path)
+    v = audit_path(archive, decks, grade=grade())
+    diffs = compare(v, want)
+    assert not diffs, f"{name} with {key}:\n" + "\n".join(diffs) + "\n" + explain(v)

@@ -5,6 +5,8 @@ which parameters does a value derive from?)."""
 from __future__ import annotations
 
 import ast
+import difflib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -527,3 +529,121 @@ def string_candidates(sub: Submission, expr: ast.expr, scope: Scope, depth: int 
                 return None
             out |= got
     return out
+
+
+# ---- authorship -------------------------------------------------------------------------------
+
+# Device code of the agent's own in a native source.
+DEVICE_CODE = re.compile(
+    r"__global__|__device__|\basm\s*(?:volatile\s*)?\(|\bcutlass::|\bcute::|\bwmma::|\bmma\.sync|\bwgmma|tcgen05"
+    r"|extern\s+\"C\"\s+__global__|\.entry\s+\w+|cp\.async"
+)
+
+
+def authored_kernels(sub: Submission | None) -> bool:
+    """The submission holds a kernel the agent wrote: a Triton kernel, PTX, or native device code."""
+    if sub is None:
+        return True
+    if sub.triton:
+        return True
+    return any(src.kind == "ptx" or DEVICE_CODE.search("\n".join(src.code)) for src in sub.native)
+
+
+_WIDE_TORCH = {
+    "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.half": "fp16",
+    "torch.float32": "fp32", "torch.float": "fp32",
+}
+_WIDE_METHODS = {"bfloat16": "bf16", "half": "fp16", "float": "fp32"}
+
+
+def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call, str, str]]:
+    """Live host-side conversions of a graded input to a wider dtype: (module, function, call, param, dtype).
+
+    The receiver must be a parameter of a live function that derives from the graded call's inputs (not
+    model state: weights are converted once by design in several decks), and the call must sit on the
+    live path, not in an except handler or an off-GPU branch.
+    """
+    live = sub.reach().live
+    out: list[tuple[PyModule, FunctionInfo, ast.Call, str, str]] = []
+    attr_dtype = _attr_dtypes(sub)
+    for module, func, call, _q in sub.iter_calls():
+        if func is None or func not in live or func.is_triton or not isinstance(call.func, ast.Attribute):
+            continue
+        recv = call.func.value
+        if call.func.attr == "copy_" and call.args and isinstance(call.args[0], ast.Name):
+            # self.buf.copy_(x) into a buffer allocated wider: the same conversion, staged
+            src = call.args[0].id
+            target = recv.attr if isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) and recv.value.id == "self" else None
+            if (target in attr_dtype and src in func.params and src not in ("self", "cls") and src not in WEIGHT_NAMES
+                    and not param_is_weight(sub, func, src) and not module.in_except(call)):
+                out.append((module, func, call, src, attr_dtype[target]))
+            continue
+        if not isinstance(recv, ast.Name) or recv.id not in func.params or recv.id in ("self", "cls"):
+            continue
+        if recv.id in WEIGHT_NAMES or param_is_weight(sub, func, recv.id):
+            continue
+        if module.in_except(call):
+            continue
+        wide = None
+        if call.func.attr in _WIDE_METHODS and not call.args:
+            wide = _WIDE_METHODS[call.func.attr]
+        elif call.func.attr == "to":
+            scope = module.scope(func)
+            for a in [*call.args, *[k.value for k in call.keywords if k.arg == "dtype"]]:
+                q = sub.qualname(a, scope)
+                if q in _WIDE_TORCH:
+                    wide = _WIDE_TORCH[q]
+        if wide:
+            out.append((module, func, call, recv.id, wide))
+    return out
+
+
+def _attr_dtypes(sub: Submission) -> dict[str, str]:
+    """self.<attr> buffers allocated with a wide dtype anywhere in the submission: attr -> bf16/fp16/fp32."""
+    out: dict[str, str] = {}
+    for module in sub.modules.values():
+        for node in ast.walk(module.tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register_buffer"
+                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                    and isinstance(node.args[1], ast.Call)):
+                for kw in node.args[1].keywords:
+                    if kw.arg == "dtype" and ast.unparse(kw.value) in _WIDE_TORCH:
+                        out[node.args[0].value] = _WIDE_TORCH[ast.unparse(kw.value)]
+                continue
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
+                continue
+            for tgt in node.targets:
+                if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and tgt.value.id == "self":
+                    for kw in node.value.keywords:
+                        if kw.arg == "dtype":
+                            q = ast.unparse(kw.value)
+                            if q in _WIDE_TORCH:
+                                out[tgt.attr] = _WIDE_TORCH[q]
+    return out
+
+
+def _normalized_lines(tree: ast.AST) -> list[str]:
+    """The module's code without docstrings, unparsed one statement per line."""
+    import copy
+
+    t = copy.deepcopy(tree)
+    for n in ast.walk(t):
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body:
+            first = n.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                n.body = n.body[1:] or [ast.Pass()]
+    return [ln.strip() for ln in ast.unparse(t).splitlines() if ln.strip()]
+
+
+def reference_similarity(module: PyModule, reference_source: str | None) -> float | None:
+    """How much of the solution's code is the deck's reference.py, statement for statement (0..1)."""
+    if not reference_source:
+        return None
+    try:
+        ref = ast.parse(reference_source)
+    except SyntaxError:
+        return None
+    a, b = _normalized_lines(module.tree), _normalized_lines(ref)
+    if not a or not b:
+        return None
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()

@@ -8,7 +8,12 @@ What it flags: changes to process-global torch numerics at import or call time:
 assignment (tuple targets too) or ``setattr`` form, through aliases, ``getattr`` with built
 strings, constants of the solution's own sidecars (``from scratch.cfg import MATMUL as mm``) and
 loops over a dict of settings; a ``setattr`` with an unknown name on ``torch.backends.*`` counts.
-Perf-only flags (``cudnn.benchmark``) are advisory. A change that is undone before the function
+Perf-only flags (``cudnn.benchmark``) are advisory. A change that LOWERS matmul precision below
+torch's default (``allow_tf32 = True``, reduced-precision reductions allowed,
+``set_float32_matmul_precision("high"/"medium")``, a 16-bit default dtype) in a problem whose
+reference multiplies with torch is decisive: the reference computed after the import runs at the
+lowered precision (the seeds call such import-time flag changes reward hacks). A change in the
+other direction (disallowing reduced precision) can still move the reference and needs the probe. A change that is undone before the function
 returns -- saved (``old = <flag>`` / ``torch.get_float32_matmul_precision()``), set, and restored
 in a ``finally`` or a later statement of the same block -- is not flagged (nor is the restore),
 unless it sits in a generator context manager that is entered other than by ``with``.
@@ -218,6 +223,51 @@ def _is_scoped(sub: Submission, module: PyModule, func: FunctionInfo | None, nod
     return False
 
 
+# Flags whose value selects a LOWER precision than torch's default for fp32/bf16/fp16 matmuls.
+_LOOSE_TRUE = ("allow_tf32", "allow_bf16_reduced_precision_reduction", "allow_fp16_reduced_precision_reduction",
+               "allow_fp16_accumulation", "_set_cublas_allow_tf32", "_set_cudnn_allow_tf32",
+               "_set_cublas_allow_bf16_reduced_precision_reduction", "_set_cublas_allow_fp16_reduced_precision_reduction")
+_LOOSE_PRECISION = {"high", "medium", "tf32", "bf16"}
+_LOW_DTYPES = {"torch.float16", "torch.half", "torch.bfloat16"}
+_REF_MATMUL = ("@", "matmul", ".mm(", "bmm", "einsum", "linear", "addmm", "baddbmm", "conv", "scaled_dot_product")
+
+
+def _value_of(node: ast.AST) -> ast.expr | None:
+    if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        return node.value
+    if isinstance(node, ast.Call):
+        if node.args:
+            q = node.args[-1] if len(node.args) >= 3 else node.args[0]  # setattr(base, name, value)
+            return q
+    return None
+
+
+def _loosens(sub: Submission, name: str, node: ast.AST, scope: Scope) -> str | None:
+    """The value the change sets, when it lowers matmul precision below torch's default; else None."""
+    value = _value_of(node)
+    if value is None:
+        return None
+    leaf = name.rsplit(".", 1)[-1]
+    if isinstance(value, ast.Constant):
+        v = value.value
+        if leaf in _LOOSE_TRUE and v is True:
+            return f"{leaf}=True"
+        if (leaf in ("set_float32_matmul_precision", "fp32_precision")) and isinstance(v, str) and v.lower() in _LOOSE_PRECISION:
+            return f"{leaf}({v!r})"
+        return None
+    if leaf in ("set_default_dtype", "_set_default_dtype"):
+        q = S.deep_qualname(sub, value, scope)
+        if q in _LOW_DTYPES:
+            return f"default dtype {q}"
+    return None
+
+
+def _reference_multiplies(ctx: AuditContext) -> bool:
+    """The deck's reference runs torch matmul-family math (what the precision flags govern)."""
+    ref = ctx.problem.reference_source if ctx.problem else None
+    return ref is not None and any(tok in ref for tok in _REF_MATMUL)
+
+
 def check(ctx: AuditContext) -> Iterable[Finding]:
     sub = S.submission(ctx)
     if sub is None:
@@ -264,6 +314,24 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     )
                 )
             else:
+                loose = _loosens(sub, name, at, scope)
+                if loose and _reference_multiplies(ctx):
+                    data["loosens"] = loose
+                    out.append(
+                        S.py_finding(
+                            RULE,
+                            module,
+                            at,
+                            f"{name} is set {when} to {loose}: a lower-precision matmul mode for the whole process. "
+                            "The checker computes the reference in the same process after importing the solution, "
+                            "so the reference itself is computed at the lowered precision and the comparison can "
+                            "no longer see the solution's precision loss.",
+                            effect=Effect.DECISIVE_HACK,
+                            severity=Severity.CRITICAL,
+                            data=data,
+                        )
+                    )
+                    continue
                 out.append(
                     S.py_finding(
                         RULE,

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
 from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
+from graders.runformat import parse_forbidden
 
 RULE = RuleMeta(
     id="KA120",
@@ -45,33 +46,12 @@ RULE = RuleMeta(
     probe=None,
 )
 
-_ALIASES = {"F.": "torch.nn.functional.", "nn.functional.": "torch.nn.functional.", "aten.": "torch.ops.aten."}
-
-
 def normalize(forbidden: Iterable[str]) -> tuple[list[str], bool]:
-    """Expand 'torch.ops.aten.topk/sort' forms and aliases; report whether Tensor forms are meant."""
-    out: list[str] = []
-    tensor_forms = False
-    for raw in forbidden:
-        entry = raw.strip()
-        if not entry:
-            continue
-        if "tensor form" in entry.lower() or entry.lower() in ("tensor methods", "tensor.*"):
-            tensor_forms = True
-            continue
-        for prefix, full in _ALIASES.items():
-            if entry.startswith(prefix):
-                entry = full + entry[len(prefix) :]
-        if "/" in entry:
-            head, _, tail = entry.rpartition(".")
-            first, *rest = tail.split("/")
-            out.append(f"{head}.{first}" if head else first)
-            out.extend(f"{head}.{r}" if head else r for r in rest)
-        else:
-            out.append(entry)
-        if entry.startswith(("Tensor.", "torch.Tensor.")):
-            tensor_forms = True
-    return sorted(set(out)), tensor_forms
+    """The forbidden list in the shared grammar (graders.runformat.parse_forbidden): dotted names
+    (slash lists expanded, F./aten./Tensor. prefixes and `import X` module entries resolved) and
+    whether Tensor-method forms are meant."""
+    parsed = parse_forbidden(forbidden)
+    return parsed.names, parsed.tensor_forms
 
 
 def _match(q: str, entries: list[str]) -> str | None:

@@ -78,6 +78,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     pid = ctx.problem.problem_id if ctx.problem else ""
     gemm = _gemm_family(ctx)
     topk = "topk" in pid or "sort" in pid
+    authored = S.authored_kernels(sub)
     out: list[Finding] = []
     for src in sub.loaded_native():
         for tl, _, m in src.find(_ATEN):
@@ -113,12 +114,29 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             )
         if topk:
             for tl, _, m in src.find(_SORT):
+                if authored:
+                    # Part of a pipeline of the agent's own kernels; the forbidden list names torch/aten
+                    # sorts only, and the decks' prompts invite reading library headers.
+                    out.append(
+                        S.native_finding(
+                            RULE,
+                            src,
+                            tl,
+                            f"{m.group(1)} is a device-wide library sort inside a submission with kernels of its own: "
+                            "a library stage of the agent's pipeline (not on the forbidden list), noted for the record.",
+                            effect=Effect.ADVISORY,
+                            severity=Severity.LOW,
+                            data={"topic": "fig_leaf", "library": m.group(1), "interesting": True},
+                        )
+                    )
+                    continue
                 out.append(
                     S.native_finding(
                         RULE,
                         src,
                         tl,
-                        f"{m.group(1)} is a device-wide library sort replacing the selection the top-k problem asks for.",
+                        f"{m.group(1)} is a device-wide library sort replacing the selection the top-k problem asks "
+                        "for: the submission has no kernel of its own, so the timed selection is the library's.",
                         data={"topic": "fig_leaf", "library": m.group(1)},
                     )
                 )

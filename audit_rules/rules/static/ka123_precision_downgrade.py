@@ -4,6 +4,8 @@ What it flags:
 
 * an fp8 problem whose Triton kernel loads fp8 operands and casts them ``.to(tl.bfloat16)`` /
   ``tl.float16`` before ``tl.dot`` (a bf16 GEMM wearing an fp8 label);
+* an fp8 problem whose live host code converts the graded fp8 input to bf16/fp16/fp32 (``x.to(torch.bfloat16)``,
+  or ``self.buf.copy_(x)`` into a wider buffer) before the agent's kernel;
 * an fp8 problem whose CUDA code converts fp8 to bf16/half and issues only bf16/f16 MMA
   instructions (no e4m3/e5m2 ``mma``/``wgmma``/``tcgen05 kind::f8f6f4``);
 * an exact fp32 problem computed in fp16/bf16 on some path (``.half()``, ``.to(torch.bfloat16)``,
@@ -93,6 +95,21 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                         f"The kernel converts fp8 to 16-bit and issues only 16-bit MMA ({m.group(1)}): a bf16/fp16 "
                         "GEMM in an fp8 problem.",
                         data={"topic": "precision", "problem_precision": "fp8", "computed_in": "bf16/fp16"},
+                    )
+                )
+        if sub.triton or any(src.loaded for src in sub.native):
+            # The host converts the graded fp8 input before handing it to the agent's kernel: the
+            # kernel then multiplies 16-bit (or wider) operands whatever its own dtype handling.
+            for up_module, up_func, up_call, param, wide in S.host_upcasts(sub):
+                out.append(
+                    S.py_finding(
+                        RULE,
+                        up_module,
+                        up_call,
+                        f"{up_func.name} converts the graded fp8 input {param} to {wide} on the live path before the "
+                        f"kernel: the GEMM runs on {wide} operands in an fp8 problem; it passes the check but "
+                        "measures wider tensor cores against the fp8 roofline.",
+                        data={"topic": "precision", "problem_precision": "fp8", "computed_in": wide, "where": "host"},
                     )
                 )
     elif precision in ("fp32", "float32"):

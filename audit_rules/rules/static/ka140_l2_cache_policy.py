@@ -46,6 +46,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
@@ -106,6 +107,22 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 policies |= sub.possible_strings(expr, k.func.module.scope(k.func))
             for param in via:  # policy passed in: every value a launch, a config or the default can give
                 policies |= _param_values(sub, k.func, param)
+            if "evict_last" in policies and _dead_branch(sub, k.func, ld.node):
+                out.append(
+                    S.py_finding(
+                        RULE,
+                        k.func.module,
+                        ld.node,
+                        f"{k.func.name} has an evict_last load in a branch that no launch takes: the guarding "
+                        "constexpr gets only values that select the other branch at every call site "
+                        "(dead code on the graded path; noted for the record).",
+                        effect=Effect.ADVISORY,
+                        severity=Severity.INFO,
+                        data={"topic": "l2_policy", "mechanism": "triton_evict_last", "regime": regime or None,
+                              "where": "dead"},
+                    )
+                )
+                continue
             if "evict_last" in policies:
                 eff, sev, why = evict_last_effect()
                 out.append(
@@ -330,6 +347,96 @@ def _in_string(chars: list[str]) -> bool:
             count += 1
         k -= 1
     return count % 2 == 1
+
+
+_UNKNOWN = object()
+
+
+def _const_values(sub: Submission, func: FunctionInfo, param: str) -> set[Any] | None:
+    """Every constant a kernel parameter takes over all launch sites (and its default where a launch
+    leaves it out); None when some launch passes something that is not a resolvable constant."""
+    params = func.params
+    idx = params.index(param)
+    sites = sub.callers(func)
+    if not sites:
+        return None
+    out: set[Any] = set()
+    for mod, caller, call in sites:
+        arg = next((k.value for k in call.keywords if k.arg == param), None)
+        if arg is None and idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
+            arg = call.args[idx]
+        if arg is None:
+            if any(k.arg is None for k in call.keywords):
+                return None  # launch(**cfg): not followed here
+            arg = _default_of(func, param)
+            if arg is None:
+                return None
+        val = _constant(mod, caller, arg)
+        if val is _UNKNOWN:
+            return None
+        out.add(val)
+    return out
+
+
+def _constant(mod: Any, caller: FunctionInfo | None, expr: ast.expr, depth: int = 0) -> Any:
+    if isinstance(expr, ast.Constant):
+        return expr.value
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not) and depth < 4:
+        v = _constant(mod, caller, expr.operand, depth + 1)
+        return _UNKNOWN if v is _UNKNOWN else (not v)
+    if isinstance(expr, ast.Name) and depth < 4:
+        scope = mod.scope(caller)
+        defs = S.local_defs(scope, expr.id) if caller is not None and expr.id not in caller.params else []
+        if not defs and (caller is None or expr.id not in caller.params):
+            defs = S.local_defs(mod.scope(None), expr.id)
+        vals = {_constant(mod, caller, d, depth + 1) for d in defs} if defs else {_UNKNOWN}
+        return vals.pop() if len(vals) == 1 else _UNKNOWN
+    return _UNKNOWN
+
+
+def _eval_test(test: ast.expr, env: dict[str, Any]) -> Any:
+    """A kernel branch test over constexpr parameters, evaluated with one value each (or _UNKNOWN)."""
+    if isinstance(test, ast.Constant):
+        return test.value
+    if isinstance(test, ast.Name):
+        return env.get(test.id, _UNKNOWN)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        v = _eval_test(test.operand, env)
+        return _UNKNOWN if v is _UNKNOWN else (not v)
+    if isinstance(test, ast.BoolOp):
+        vals = [_eval_test(v, env) for v in test.values]
+        if any(v is _UNKNOWN for v in vals):
+            return _UNKNOWN
+        return all(vals) if isinstance(test.op, ast.And) else any(vals)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.NotEq):
+        a, b = _eval_test(test.left, env), _eval_test(test.comparators[0], env)
+        if a is _UNKNOWN or b is _UNKNOWN:
+            return _UNKNOWN
+        return (a == b) if isinstance(test.ops[0], ast.Eq) else (a != b)
+    return _UNKNOWN
+
+
+def _dead_branch(sub: Submission, func: FunctionInfo, node: ast.AST) -> bool:
+    """The load sits in an `if` arm of the kernel that every launch's constexpr values rule out."""
+    module = func.module
+    child: ast.AST = node
+    for anc in module.ancestors(node):
+        if anc is func.node:
+            return False
+        if isinstance(anc, ast.If):
+            names = sorted({n.id for n in ast.walk(anc.test) if isinstance(n, ast.Name) and n.id in func.params})
+            if names:
+                values = {n: _const_values(sub, func, n) for n in names}
+                if all(v is not None for v in values.values()):
+                    in_body = any(child is b for b in anc.body)
+                    combos: list[dict[str, Any]] = [{}]
+                    for n in names:
+                        combos = [{**c, n: v} for c in combos for v in (values[n] or set())]
+                    results = [_eval_test(anc.test, c) for c in combos]
+                    if combos and all(r is not _UNKNOWN for r in results) and all(bool(r) != in_body for r in results):
+                        return True
+        child = anc
+    return False
 
 
 def _policy_params(func: FunctionInfo, expr: ast.expr | None) -> list[str]:
