@@ -26,6 +26,7 @@ What is refused, and why (the spec's "Bad input"):
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import io
 import os
@@ -355,6 +356,8 @@ def _iter_tar(
     except ArchiveRejected:
         raise
     except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError, UnicodeError) as exc:
+        if is_storage_fault(exc):
+            raise
         raise _reject(_R.CORRUPT_ARCHIVE, f"unreadable tar stream: {exc}") from None
 
 
@@ -424,6 +427,8 @@ def _iter_zip(f: BinaryIO, counters: _Counters, incoming: Path, seen: _Seen) -> 
     try:
         zf = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, struct.error) as exc:
+        if is_storage_fault(exc):
+            raise
         raise _reject(_R.CORRUPT_ARCHIVE, f"unreadable zip: {exc}") from None
     with zf:
         infos = zf.infolist()
@@ -482,6 +487,8 @@ def _iter_zip(f: BinaryIO, counters: _Counters, incoming: Path, seen: _Seen) -> 
             except ArchiveRejected:
                 raise
             except (OSError, ValueError, EOFError) as exc:
+                if is_storage_fault(exc):
+                    raise
                 raise _reject(_R.CORRUPT_ARCHIVE, f"unreadable member: {exc}", shown) from None
             if size != zi.file_size:
                 raise _reject(_R.CORRUPT_ARCHIVE, "member size differs from the central directory", shown)
@@ -635,6 +642,15 @@ def _inside(base: Path, target: Path) -> bool:
     base_s = os.path.normpath(str(base))
     target_s = os.path.normpath(str(target))
     return os.path.commonpath([base_s, target_s]) == base_s and target_s != base_s
+
+
+# Writing the staged copy failed for lack of space: the server's fault, never the archive's
+# (the service answers 507); everything else an OSError can mean while reading is corruption.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_storage_fault(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
 
 
 def safe_unpack(

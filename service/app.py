@@ -1,4 +1,4 @@
-"""The FastAPI application: routers, auth, metrics, upload-size guard, lifespan."""
+"""The FastAPI application: routers, the auth gate, error bodies, metrics, upload-size guard, lifespan."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from fastapi import Depends, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
-from service.auth import require_read
+from service import errors, openapi
+from service.audit_api import router as audit_router
+from service.auth import AuthGate, require_read
 from service.context import Services
 from service.decks.endpoints import router as decks_router
 from service.jobs.endpoints import router as jobs_router
@@ -123,12 +125,20 @@ def create_app(
             import importlib
 
             worker = importlib.import_module("service.worker").start_inprocess_worker(settings)
+        periodic_gc = None
+        if start_worker and settings.gc_interval_s > 0:
+            from service.gc import PeriodicGc
+
+            periodic_gc = PeriodicGc(settings, svc.db, svc.blobs, settings.gc_interval_s)
+            periodic_gc.start()
         try:
             yield
         finally:
             stop = getattr(worker, "stop", None)
             if callable(stop):
                 stop()
+            if periodic_gc is not None:
+                periodic_gc.stop()
 
     app = FastAPI(
         title="kaudit",
@@ -146,10 +156,15 @@ def create_app(
     from service.reaudits.pages import router as reaudit_pages
 
     app.include_router(reaudit_pages)
+    app.include_router(audit_router)
     from service.ui.pages import mount as mount_ui
 
     mount_ui(app)
     app.add_middleware(UploadLimit, max_bytes=settings.max_archive_bytes + MULTIPART_OVERHEAD)
+    # Outside the upload guard: a request without a valid token is refused before any body is read.
+    app.add_middleware(AuthGate)
+    errors.install(app)
+    openapi.install(app, settings)
 
     @app.middleware("http")
     async def _latency(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

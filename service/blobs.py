@@ -46,7 +46,11 @@ class BlobStore:
         key = self.key_for(sha256)
         final = self.path(key)
         if final.is_file():
-            return key, False
+            try:
+                os.utime(final)  # reused: fresh again, so service.gc leaves it to the coming commit
+                return key, False
+            except FileNotFoundError:
+                pass  # service.gc took it just now: store this copy
         final.parent.mkdir(parents=True, exist_ok=True)
         self._tmp.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=self._tmp, prefix="put-")
@@ -69,7 +73,11 @@ class BlobStore:
         sha = hashlib.sha256(data).hexdigest()
         key = self.key_for(sha)
         if self.path(key).is_file():
-            return key, False
+            try:
+                os.utime(self.path(key))
+                return key, False
+            except FileNotFoundError:
+                pass
         self._tmp.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=self._tmp, prefix="bytes-")
         with os.fdopen(fd, "wb") as fh:

@@ -25,8 +25,10 @@ from service.settings import Settings, describe_validation_error
 app = typer.Typer(name="kaudit", help="Audit and provenance service for AI-agent GPU kernel runs.", no_args_is_help=True)
 runs_app = typer.Typer(help="Query stored runs.", no_args_is_help=True)
 deck_app = typer.Typer(help="Registered decks.", no_args_is_help=True)
+token_app = typer.Typer(help="API tokens (stored hashed; roles reader, operator, admin).", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 app.add_typer(deck_app, name="deck")
+app.add_typer(token_app, name="token")
 
 EXPORT_COLUMNS = (
     "run_id", "problem", "model", "harness", "reasoning_effort", "hardware", "deck", "started_at",
@@ -123,7 +125,8 @@ def serve(
     from service.app import create_app
 
     settings = _settings()
-    api = create_app(settings, svc=_services(settings), start_worker=settings.worker_mode == "inprocess")
+    # start_worker: the in-process worker (KAUDIT_WORKER_MODE=inprocess) and the periodic gc
+    api = create_app(settings, svc=_services(settings), start_worker=True)
     uvicorn.run(api, host=host or settings.host, port=port or settings.port, log_level="info")
 
 
@@ -138,18 +141,24 @@ def ingest(paths: Annotated[list[Path], typer.Argument(help="run archives (.tar,
         try:
             outcome = svc.ingest.ingest_file(path)
         except ArchiveRejected as exc:
+            _audit(svc, "upload", None, f"refused:{exc.reason.value}", {"file": str(path)})
             typer.echo(f"{path}: rejected: {exc.reason.value}: {exc.message}".replace("\n", " "), err=True)
             rejected += 1
             continue
         except Exception as exc:
+            from service.runs.endpoints import is_storage_full
             from service.runs.service import RunConflict
 
             if isinstance(exc, RunConflict):
+                _audit(svc, "upload", exc.run_id, "refused:run_id_conflict", {"file": str(path)})
                 typer.echo(f"{path}: rejected: run_id_conflict: {exc}", err=True)
                 rejected += 1
                 continue
+            if is_storage_full(exc):
+                reject(f"{path}: insufficient_storage: no space left to store it; nothing was stored ({exc})")
             raise
         run = outcome.run
+        _audit(svc, "upload", run.run_id, "created" if outcome.created else "existing", {"file": str(path)})
         state = "stored" if outcome.created else "already stored"
         typer.echo(f"{run.run_id}\t{state}\tverdict={run.verdict}")
     if rejected:
@@ -292,7 +301,10 @@ def deck_import(
     try:
         deck, changed = svc.decks.import_dir(directory, name, replace=replace, harness=harness)
     except (DeckConflict, FileNotFoundError, DeckTampered, ValueError) as exc:
+        _audit(svc, "deck_import", name, f"refused:{type(exc).__name__}", {"directory": str(directory)})
         reject(f"deck import rejected: {exc}")
+    _audit(svc, "deck_import", deck.name, "registered" if changed else "unchanged",
+           {"directory": str(directory), "sha256": deck.content_sha256, "replace": replace})
     problems = svc.decks.get(deck.name)
     n = len({f.problem for f in problems.files}) if problems else 0
     typer.echo(f"{deck.name}\t{'registered' if changed else 'unchanged'}\tproblems={n}\tsha256={deck.content_sha256}"
@@ -501,11 +513,15 @@ def reaudit(
         row, result = ReauditService(svc.settings, svc.db).run_here(
             params, mp_context="fork" if sys.platform == "linux" else None)
     except ReauditRejected as exc:
+        _audit(svc, "reaudit", None, "refused", {"error": str(exc)[:500]})
         reject(f"reaudit rejected: {exc}")
     if result is None:
         failed = ReauditService(svc.settings, svc.db).get(row.id)
+        _audit(svc, "reaudit", None, "failed", {"reaudit_id": row.id})
         typer.echo(f"reaudit {row.id} failed: {failed.error if failed else '?'}", err=True)
         raise typer.Exit(1)
+    _audit(svc, "reaudit", ",".join(run_id)[:255] if run_id else None, "dry_run" if dry_run else "done",
+           {"summary": result.summary(), "rules": rules, "reaudit_id": row.id})
     if as_json:
         typer.echo(json.dumps({"id": row.id, **result.to_dict()}, indent=2))
         if result.errors:
@@ -609,7 +625,7 @@ def regrade_cmd(
                                          "harness, else hardened)")] = None,
 ) -> None:
     """Enqueue a regrade of a stored run."""
-    from service.jobs.service import NotRegradable, UnknownMode, UnknownProbe, UnknownRun
+    from service.jobs.service import ForcePending, NotRegradable, UnknownMode, UnknownProbe, UnknownRun
 
     svc = _services()
     try:
@@ -620,7 +636,12 @@ def regrade_cmd(
         reject(f"no run {run_id}")
     except (NotRegradable, UnknownProbe, UnknownMode) as exc:
         reject(f"cannot regrade {run_id}: {exc}")
+    except ForcePending as exc:
+        _audit(svc, "regrade", run_id, "refused:force_regrade_pending", {"force": force})
+        reject(f"force_regrade_pending: {exc}")
     job = outcome.job
+    _audit(svc, "regrade", run_id, f"queued:{job.id}" if outcome.created else f"existing:{job.id}",
+           {"force": force, "probes": probes})
     if not outcome.created and job.state == "failed":
         from service.runs.endpoints import failed_job_message
 
@@ -674,6 +695,85 @@ def regrade_evidence_lines(ev: dict[str, Any]) -> list[str]:
     for d in ev.get("disagreements") or []:
         out.append(f"DISAGREEMENT: {d}")
     return out
+
+
+def _audit(svc: Any, action: str, target: str | None, outcome: str, detail: dict[str, Any]) -> None:
+    from service.auth import cli_actor
+
+    svc.audit.record(actor=cli_actor(), role=None, door="cli", action=action, target=target, outcome=outcome,
+                     detail=detail)
+
+
+@token_app.command("add")
+def token_add(
+    name: Annotated[str, typer.Argument(help="who the token is for (shown in the audit log)")],
+    role: Annotated[str, Opt(help="reader, operator or admin")] = "operator",
+) -> None:
+    """Issue a token; it is printed once (only a salted hash is stored)."""
+    from service.auth import ROLE_NAMES, Role, TokenStore
+
+    if role not in ROLE_NAMES:
+        reject(f"unknown role {role!r}; allowed: {', '.join(ROLE_NAMES)}")
+    svc = _services()
+    try:
+        row, token = TokenStore(svc.db).add(name, Role[role])
+    except ValueError as exc:
+        reject(f"token add rejected: {exc}")
+    _audit(svc, "token_add", name, "created", {"role": role, "key_id": row.key_id})
+    typer.echo(token)
+    typer.echo(f"# token {name!r} ({role}, key {row.key_id}): shown once, store it now", err=True)
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """List tokens (names, roles, key ids, use; never the secret)."""
+    from service.auth import TokenStore
+
+    svc = _services()
+    typer.echo("name\trole\tkey_id\tcreated_at\tlast_used_at\trevoked_at")
+    for t in TokenStore(svc.db).listing():
+        typer.echo(f"{t.name}\t{t.role}\t{t.key_id}\t{t.created_at.isoformat()}\t"
+                   f"{t.last_used_at.isoformat() if t.last_used_at else '-'}\t"
+                   f"{t.revoked_at.isoformat() if t.revoked_at else '-'}")
+
+
+@token_app.command("revoke")
+def token_revoke(name: str) -> None:
+    """Revoke a token: refused from the next request on."""
+    from service.auth import TokenStore
+
+    svc = _services()
+    try:
+        row = TokenStore(svc.db).revoke(name)
+    except LookupError as exc:
+        reject(str(exc))
+    _audit(svc, "token_revoke", name, "revoked", {"key_id": row.key_id})
+    typer.echo(f"{name}\trevoked\t{row.revoked_at.isoformat() if row.revoked_at else ''}")
+
+
+@app.command()
+def gc(
+    dry_run: Annotated[bool, Opt(help="only say what would be removed")] = False,
+    min_age: Annotated[float | None, Opt(help="seconds a leftover must be untouched (default KAUDIT_GC_MIN_AGE_S)",
+                                         min=0)] = None,
+    as_json: Annotated[bool, Opt("--json", help="print the report as JSON")] = False,
+) -> None:
+    """Remove staging leftovers, scratch folders of dead regrades and blobs no row references."""
+    from service.gc import GarbageCollector
+
+    svc = _services()
+    report = GarbageCollector(svc.settings, svc.db, svc.blobs, min_age_s=min_age).run(dry_run=dry_run)
+    if not dry_run:
+        _audit(svc, "gc", None, "done", report.summary())
+    if as_json:
+        typer.echo(json.dumps({**report.summary(), "removed": {
+            "staging": report.staging, "scratch": report.scratch, "blob_tmp": report.blob_tmp, "blobs": report.blobs,
+        }}, indent=2))
+        return
+    s = report.summary()
+    verb = "would remove" if dry_run else "removed"
+    typer.echo(f"gc {verb}: staging {s['staging']}, scratch {s['scratch']}, blob temp files {s['blob_tmp']}, "
+               f"orphan blobs {s['blobs']} ({s['bytes_freed']} bytes); kept {s['kept_blobs']} found in use")
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.audit_log import AuditLog
 from service.blobs import BlobStore
 from service.db import Database
 from service.decks.service import DeckService
@@ -22,6 +23,7 @@ class Services:
     ingest: IngestService
     runs: RunQueries
     jobs: JobService
+    audit: AuditLog
 
     @classmethod
     def build(cls, settings: Settings, db: Database | None = None) -> Services:
@@ -36,4 +38,5 @@ class Services:
             ingest=IngestService(settings, db, blobs, decks),
             runs=RunQueries(db),
             jobs=JobService(settings, db),
+            audit=AuditLog(db),
         )

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 INGESTS = Counter("kaudit_ingests_total", "archives ingested", ["outcome"], registry=REGISTRY)  # created|existing
-REJECTIONS = Counter("kaudit_rejections_total", "archives refused, by reason", ["reason"], registry=REGISTRY)
+REJECTIONS = Counter("kaudit_rejections_total", "requests refused (archives, auth, regrades), by reason", ["reason"], registry=REGISTRY)
 REQUEST_LATENCY = Histogram(
     "kaudit_request_seconds",
     "HTTP request latency",

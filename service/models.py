@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -317,7 +318,17 @@ class Job(Base):
     """A regrade job (schema in docs/CONTRACTS.md; service.worker drives the state machine)."""
 
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state_gpu_pool_id", "state", "gpu_pool", "id"),)
+    __table_args__ = (
+        Index("ix_jobs_state_gpu_pool_id", "state", "gpu_pool", "id"),
+        # One queued forced regrade per run (service.jobs.service.ForcePending).
+        Index(
+            "uq_jobs_queued_force_run_id",
+            "run_id",
+            unique=True,
+            postgresql_where=text("state = 'queued' AND force"),
+            sqlite_where=text("state = 'queued' AND force = 1"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
@@ -385,3 +396,41 @@ class ReauditRow(Base):
 
 
 JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
+class ApiToken(Base):
+    """A bearer token issued by `kaudit token add`: only a salted sha256 of its secret is stored.
+
+    The token a client sends is `kat_<key_id>_<secret>`: `key_id` finds the row (unique, indexed),
+    the secret is checked against `secret_sha256` in constant time. The secret is 32 random bytes,
+    so a fast salted hash suffices (no password stretching: nothing to brute-force).
+    """
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(16), unique=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))  # service.auth.Role
+    salt: Mapped[str] = mapped_column(String(32))
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+
+
+class AuditEvent(Base):
+    """Who did what: uploads, regrades, deck imports, re-audits, token changes (append-only)."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_created_at_id", "created_at", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    actor: Mapped[str] = mapped_column(String(128))  # "token:<name>", "env:<role>:<fingerprint>", "cli:<user>"
+    role: Mapped[str | None] = mapped_column(String(16))
+    door: Mapped[str] = mapped_column(String(16))  # api | cli | worker
+    action: Mapped[str] = mapped_column(String(32), index=True)  # upload | regrade | deck_import | reaudit | ...
+    target: Mapped[str | None] = mapped_column(String(255))  # run_id, deck name, token name
+    outcome: Mapped[str] = mapped_column(String(32))  # created | existing | refused:<reason> | queued ...
+    detail: Mapped[dict[str, Any]]

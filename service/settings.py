@@ -37,7 +37,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path("./data"), description="blobs, staging and the default SQLite file")
     database_url: str = Field(default="", description="any SQLAlchemy URL; default sqlite:///<data_dir>/kaudit.db")
     api_tokens: Annotated[frozenset[str], NoDecode] = Field(
-        default=frozenset(), description="comma-separated operator tokens (Authorization: Bearer)"
+        default=frozenset(),
+        description="comma-separated [ROLE:]TOKEN entries, ROLE one of reader, operator (the default), admin "
+        "(Authorization: Bearer TOKEN); `kaudit token add` issues more, hashed in the database",
     )
     read_requires_token: bool = False
 
@@ -67,6 +69,10 @@ class Settings(BaseSettings):
         description="run regrades as a plain subprocess when bubblewrap is unusable (unsafe; recorded in the "
                     "provenance). Read by the grader from KAUDIT_ALLOW_UNSAFE_SANDBOX itself",
     )
+
+    # Garbage collection (service.gc): leftovers younger than gc_min_age_s are never touched.
+    gc_min_age_s: float = Field(default=3600.0, ge=60, description="age before a leftover may be collected")
+    gc_interval_s: float = Field(default=3600.0, ge=0, description="periodic gc in `kaudit serve` (0: off)")
 
     auto_migrate: bool = Field(default=True, description="run `alembic upgrade head` when a command starts")
 
@@ -149,6 +155,11 @@ class Settings(BaseSettings):
     @property
     def staging_dir(self) -> Path:
         return self.data_dir / "staging"
+
+    @property
+    def scratch_dir(self) -> Path:
+        """Regrade scratch folders (`kaudit-job<id>-*`), where `kaudit gc` finds a killed job's."""
+        return self.data_dir / "scratch"
 
     @property
     def report_cache_dir(self) -> Path:

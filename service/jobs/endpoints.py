@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 
 from service.auth import require_read
 from service.context import Services
@@ -27,7 +27,9 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, dependencies=[Depends(require_read)])
-def get_job(job_id: int, svc: Annotated[Services, Depends(services)]) -> JobOut:
+def get_job(
+    job_id: Annotated[int, Path(ge=1, le=2**31 - 1)], svc: Annotated[Services, Depends(services)]
+) -> JobOut:
     found = svc.jobs.get_with_run_id(job_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no job {job_id}")

@@ -40,6 +40,12 @@ class JobRepository:
             stmt = stmt.where(Job.state == state)
         return [(r[0], r[1]) for r in self.session.execute(stmt.order_by(Job.id.desc()).limit(limit)).all()]
 
+    def queued_forced(self, run_pk: int) -> Job | None:
+        """The run's queued forced regrade, if any (uq_jobs_queued_force_run_id allows one)."""
+        return self.session.scalars(
+            select(Job).where(Job.run_id == run_pk, Job.state == "queued", Job.force.is_(True)).limit(1)
+        ).first()
+
     def add(self, job: Job) -> Job:
         self.session.add(job)
         self.session.flush()

@@ -7,15 +7,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from audit_rules.base import Probe
+
 
 class RegradeRequest(BaseModel):
-    force: bool = Field(default=False, description="enqueue a new job even if an identical one exists")
-    probes: list[str] | None = Field(
+    force: bool = Field(
+        default=False,
+        description="enqueue a new job even if an identical one exists (one queued forced job per run)",
+    )
+    probes: list[Probe] | None = Field(
         default=None,
         description="probe set (default: the verdict pipeline's policy, the contract probes plus the probes the "
                     "findings ask for; stored as [])",
     )
-    gpu_pool: str | None = None
+    gpu_pool: str | None = Field(default=None, min_length=1, max_length=64)
     mode: Literal["official", "hardened", "both"] | None = Field(
         default=None, description="official (the deck's own check.py/benchmark.py), hardened (kaudit's grader and "
                                   "probes) or both (one record); default: both when the deck has a harness")
@@ -51,3 +56,9 @@ class JobOut(BaseModel):
 class RegradeAccepted(BaseModel):
     job: JobOut
     created: bool = Field(description="false when an identical job already existed (idempotent)")
+
+
+class RegradeRefused(BaseModel):
+    reason: str = Field(description="previous_job_failed | force_regrade_pending | not_regradable")
+    detail: str
+    job: JobOut | None = Field(default=None, description="the failed job, or the forced job still queued")

@@ -36,12 +36,27 @@ class NotRegradable(ValueError):
     pass
 
 
+class ModeUnsupported(NotRegradable):
+    """The request asks for a regrade mode the run's deck cannot run (a request error, not the run's state)."""
+
+
 class UnknownMode(ValueError):
     """A regrade mode other than official, hardened, both."""
 
 
 class UnknownProbe(ValueError):
     pass
+
+
+class ForcePending(Exception):
+    """A forced regrade was asked while another forced regrade of the run is still queued."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(
+            f"forced regrade job {job.id} of this run is still queued; another is accepted once it has started "
+            "(one queued at a time), so nothing was enqueued"
+        )
+        self.job = job
 
 
 @dataclass
@@ -97,7 +112,7 @@ class JobService:
         if mode in ("official", "hardened"):
             refusal = self._mode_refusal(run_id, mode)
             if refusal:
-                raise NotRegradable(refusal)
+                raise ModeUnsupported(refusal)
         unknown = [p for p in probe_set if p not in ALL_PROBES]
         if unknown:
             raise UnknownProbe(f"unknown probe(s): {', '.join(unknown)}; known: {', '.join(ALL_PROBES)}")
@@ -115,6 +130,12 @@ class JobService:
                     if existing is not None:
                         return EnqueueOutcome(existing, False)
                 else:
+                    # At most one queued forced job per run: the partial unique index
+                    # uq_jobs_queued_force_run_id holds it against concurrent requests too.
+                    pending = jobs.queued_forced(run.id)
+                    if pending is not None:
+                        session.expunge(pending)  # stays readable after the rollback
+                        raise ForcePending(pending)
                     key = f"{key}:force:{uuid.uuid4().hex}"
                 try:
                     with session.begin_nested():
@@ -133,11 +154,15 @@ class JobService:
                                 progress={},
                             )
                         )
-                except IntegrityError:  # a concurrent identical request committed first
+                except IntegrityError:  # a concurrent identical (or forced) request committed first
                     existing = jobs.by_key(key)
-                    if existing is None:
+                    if existing is not None:
+                        return EnqueueOutcome(existing, False)
+                    pending = jobs.queued_forced(run.id) if force else None
+                    if pending is None:
                         raise
-                    return EnqueueOutcome(existing, False)
+                    session.expunge(pending)
+                    raise ForcePending(pending) from None
         notify_worker(job.id, self.settings)  # after COMMIT
         job.waiting_reason = self.refresh_waiting_reasons([job.gpu_pool]).get(job.gpu_pool, job.waiting_reason)
         return EnqueueOutcome(job, True)

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, HTTPException, Query, Request, UploadFile, status
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import BeforeValidator
+from sqlalchemy.exc import OperationalError
 
 from audit_rules.verdicts import Contamination, Verdict
+from ingest.archive import is_storage_fault
 from ingest.model import ArchiveRejected, RejectReason
-from service.auth import require_read, require_write
+from service.auth import Principal, require_read, require_write
 from service.context import Services
-from service.jobs.schemas import JobOut, RegradeAccepted, RegradeRequest
-from service.jobs.service import NotRegradable, UnknownProbe, UnknownRun
+from service.errors import ApiError, ErrorBody
+from service.jobs.schemas import JobOut, RegradeAccepted, RegradeRefused, RegradeRequest
+from service.jobs.service import ForcePending, ModeUnsupported, NotRegradable, UnknownProbe, UnknownRun
 from service.metrics import INGESTS, REJECTIONS
 from service.models import Job
 from service.runs.rehydrate import unpacked_from_store, verdict_from_row
@@ -32,6 +39,7 @@ from service.runs.schemas import (
 )
 from service.runs.service import RunConflict
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["runs"])
 
 SIZE_REASONS = frozenset(
@@ -44,6 +52,7 @@ SIZE_REASONS = frozenset(
 )
 REJECTION_RESPONSES: dict[int | str, dict[str, object]] = {
     400: {"model": Rejection, "description": "bad archive (nothing stored)"},
+    507: {"model": Rejection, "description": "the server's storage is full (nothing stored; retry later)"},
     409: {"model": Rejection, "description": "another archive already holds this run_id"},
     413: {"model": Rejection, "description": "upload or unpacked content over a limit (nothing stored)"},
     415: {"model": Rejection, "description": "not a tar, tar.gz or zip archive"},
@@ -71,17 +80,22 @@ def job_out(job: Job, run_id: str) -> JobOut:
     return job_out_of(job, run_id)
 
 
-VERDICT_VALUES = tuple(v.value for v in Verdict)
-CONTAMINATION_VALUES = tuple(c.value for c in Contamination)
 
 
-def check_enum_filter(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
-    """An unknown value of a closed filter is a 422 naming the allowed ones (not an empty page)."""
-    if value is not None and value not in allowed:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"unknown {name} {value!r}; allowed: {', '.join(allowed)}",
-        )
+def _blank_is_none(value: object) -> object:
+    """`?verdict=` (how a client writes "no value") means no filter, not an unknown verdict."""
+    return None if value == "" else value
+
+
+def _iso_only(value: object) -> object:
+    """Query datetimes are ISO-8601 only: pydantic would read `0.5` or `1700000000` as Unix time."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.match(value.strip())):
+        raise ValueError("expected an ISO-8601 date or date-time (e.g. 2026-08-01T22:43:38Z), not a number")
+    return value
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+OptionalIsoDateTime = Annotated[datetime | None, BeforeValidator(_iso_only)]
 
 
 @router.post(
@@ -89,17 +103,29 @@ def check_enum_filter(name: str, value: str | None, allowed: tuple[str, ...]) ->
     response_model=RunDetail,
     status_code=status.HTTP_201_CREATED,
     responses={200: {"model": RunDetail, "description": "archive already stored: the existing run"}, **REJECTION_RESPONSES},
-    dependencies=[Depends(require_write)],
     summary="Upload a run archive (multipart field `archive`)",
 )
 def upload_run(
     archive: Annotated[UploadFile, File(description="the run archive: .tar, .tar.gz/.tgz or .zip")],
     svc: Annotated[Services, Depends(services)],
+    who: Annotated[Principal, Depends(require_write)],
 ) -> Response:
+    response, run_id = _upload(archive, svc)
+    outcome = {201: "created", 200: "existing"}.get(response.status_code)
+    if outcome is None:
+        outcome = f"refused:{json.loads(bytes(response.body)).get('reason', response.status_code)}"
+    svc.audit.record(
+        actor=who.actor, role=who.role.name if who.role else None, door="api", action="upload",
+        target=run_id, outcome=outcome, detail={"filename": (archive.filename or "")[:255], "status": response.status_code},
+    )
+    return response
+
+
+def _upload(archive: UploadFile, svc: Services) -> tuple[JSONResponse, str | None]:
     settings = svc.settings
-    settings.staging_dir.mkdir(parents=True, exist_ok=True)
     upload = settings.staging_dir / f"upload-{uuid.uuid4().hex}"
     try:
+        settings.staging_dir.mkdir(parents=True, exist_ok=True)
         written = 0
         with open(upload, "wb") as out:
             while chunk := archive.file.read(1 << 20):
@@ -110,24 +136,49 @@ def upload_run(
                             RejectReason.TOTAL_TOO_LARGE,
                             f"upload is over the {settings.max_archive_bytes} byte limit",
                         )
-                    )
+                    ), None
                 out.write(chunk)
         try:
             outcome = svc.ingest.ingest_file(upload)
         except ArchiveRejected as exc:
-            return rejection_response(exc)
+            return rejection_response(exc), None
         except RunConflict as exc:
             REJECTIONS.labels(reason="run_id_conflict").inc()
             return JSONResponse(
                 Rejection(reason="run_id_conflict", detail=str(exc)).model_dump(), status_code=status.HTTP_409_CONFLICT
-            )
+            ), exc.run_id
+    except (OSError, OperationalError) as exc:
+        if not is_storage_full(exc):
+            raise
+        # The server ran out of space: its fault, not the archive's; the ingest rolled back.
+        REJECTIONS.labels(reason="insufficient_storage").inc()
+        log.error("ingest refused, storage full: %s", exc)
+        return JSONResponse(
+            Rejection(
+                reason="insufficient_storage",
+                detail="the server has no space left to store this upload; nothing was stored, retry later",
+            ).model_dump(),
+            status_code=status.HTTP_507_INSUFFICIENT_STORAGE,
+        ), None
     finally:
-        upload.unlink(missing_ok=True)
+        try:
+            upload.unlink(missing_ok=True)
+        except OSError:
+            pass
     INGESTS.labels(outcome="created" if outcome.created else "existing").inc()
     detail = _detail(svc, outcome.run.run_id)
     return JSONResponse(
         detail.model_dump(mode="json"), status_code=status.HTTP_201_CREATED if outcome.created else status.HTTP_200_OK
-    )
+    ), outcome.run.run_id
+
+
+def is_storage_full(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT from a write, or SQLite's "database or disk is full"."""
+    if is_storage_fault(exc):
+        return True
+    if isinstance(exc, OperationalError):
+        return is_storage_fault(exc.orig) if isinstance(exc.orig, OSError) else "disk is full" in str(exc.orig)
+    return False
 
 
 def _detail(svc: Services, run_id: str) -> RunDetail:
@@ -137,7 +188,13 @@ def _detail(svc: Services, run_id: str) -> RunDetail:
     return detail_from(data)
 
 
-@router.get("/runs", response_model=RunPage, dependencies=[Depends(require_read)], summary="List runs")
+@router.get(
+    "/runs",
+    response_model=RunPage,
+    dependencies=[Depends(require_read)],
+    summary="List runs",
+    responses={400: {"model": ErrorBody, "description": "the cursor is not one this server issued"}},
+)
 def list_runs(
     svc: Annotated[Services, Depends(services)],
     model: str | None = None,
@@ -145,28 +202,26 @@ def list_runs(
     problem: str | None = None,
     deck: str | None = None,
     hardware: str | None = None,
-    verdict: str | None = None,
+    verdict: Annotated[Verdict | None, BeforeValidator(_blank_is_none)] = None,
     reward_hack: bool | None = None,
-    contamination: str | None = None,
+    contamination: Annotated[Contamination | None, BeforeValidator(_blank_is_none)] = None,
     publish_grade: bool | None = None,
-    started_from: Annotated[datetime | None, Query(description="started_at >= (ISO-8601)")] = None,
-    started_to: Annotated[datetime | None, Query(description="started_at < (ISO-8601)")] = None,
+    started_from: Annotated[OptionalIsoDateTime, Query(description="started_at >= (ISO-8601)")] = None,
+    started_to: Annotated[OptionalIsoDateTime, Query(description="started_at < (ISO-8601)")] = None,
     sort: Literal["started_at", "ingested", "peak_fraction", "run_id"] = "started_at",
     order: Literal["asc", "desc"] = "desc",
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> RunPage:
-    check_enum_filter("verdict", verdict, VERDICT_VALUES)
-    check_enum_filter("contamination", contamination, CONTAMINATION_VALUES)
     filters = RunFilters(
         model=model,
         harness=harness,
         problem=problem,
         deck=deck,
         hardware=hardware,
-        verdict=verdict,
+        verdict=verdict.value if verdict is not None else None,
         reward_hack=reward_hack,
-        contamination=contamination,
+        contamination=contamination.value if contamination is not None else None,
         publish_grade=publish_grade,
         started_from=started_from,
         started_to=started_to,
@@ -174,7 +229,7 @@ def list_runs(
     try:
         rows, next_cursor = svc.runs.page(filters, sort=sort, order=order, limit=limit, cursor=cursor)
     except BadCursor as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=str(exc)) from exc
+        raise ApiError(status.HTTP_400_BAD_REQUEST, "bad_cursor", str(exc)) from exc
     return RunPage(items=[RunSummary.model_validate(r) for r in rows], next_cursor=next_cursor)
 
 
@@ -272,21 +327,54 @@ def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Resp
     "/runs/{run_id}/regrade",
     response_model=RegradeAccepted,
     status_code=status.HTTP_202_ACCEPTED,
-    dependencies=[Depends(require_write)],
     summary="Enqueue an isolated regrade (idempotent per run, archive, grader version, probe set)",
-    responses={409: {"description": "the identical job already failed; send force=true to run it again"}},
+    responses={
+        409: {
+            "model": RegradeRefused,
+            "description": "the identical job already failed (send force=true to run it again), a forced "
+            "regrade of the run is still queued (one at a time), or the run cannot be regraded (not_regradable)",
+        },
+    },
 )
 def regrade_run(
-    run_id: str, svc: Annotated[Services, Depends(services)], body: RegradeRequest | None = None
+    run_id: str,
+    svc: Annotated[Services, Depends(services)],
+    who: Annotated[Principal, Depends(require_write)],
+    body: RegradeRequest | None = None,
 ) -> RegradeAccepted | JSONResponse:
     body = body or RegradeRequest()
+    outcome_name = "refused"
     try:
-        outcome = svc.jobs.enqueue_regrade(run_id, force=body.force, probes=body.probes, gpu_pool=body.gpu_pool,
-                                           mode=body.mode)
+        answer, outcome_name = _regrade(run_id, svc, body)
+        return answer
+    finally:
+        svc.audit.record(
+            actor=who.actor, role=who.role.name if who.role else None, door="api", action="regrade",
+            target=run_id, outcome=outcome_name,
+            detail={"force": body.force, "probes": body.probes, "gpu_pool": body.gpu_pool, "mode": body.mode},
+        )
+
+
+def _regrade(run_id: str, svc: Services, body: RegradeRequest) -> tuple[RegradeAccepted | JSONResponse, str]:
+    try:
+        outcome = svc.jobs.enqueue_regrade(
+            run_id, force=body.force, probes=[str(p) for p in body.probes] if body.probes else None,
+            gpu_pool=body.gpu_pool, mode=body.mode,
+        )
     except UnknownRun as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no run {run_id}") from exc
-    except (NotRegradable, UnknownProbe) as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from exc
+        raise ApiError(status.HTTP_404_NOT_FOUND, "not_found", f"no run {run_id}") from exc
+    except ModeUnsupported as exc:  # the request asks for a mode this run's deck cannot run
+        raise ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, "mode_unsupported", str(exc)) from exc
+    except NotRegradable as exc:  # the run's state, not the request's shape
+        raise ApiError(status.HTTP_409_CONFLICT, "not_regradable", str(exc)) from exc
+    except UnknownProbe as exc:  # the schema's enum already refuses these; kept for other doors
+        raise ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, "unknown_probe", str(exc)) from exc
+    except ForcePending as exc:
+        REJECTIONS.labels(reason="force_regrade_pending").inc()
+        return JSONResponse(
+            {"reason": "force_regrade_pending", "detail": str(exc), "job": job_out(exc.job, run_id).model_dump(mode="json")},
+            status_code=status.HTTP_409_CONFLICT,
+        ), "refused:force_regrade_pending"
     job = outcome.job
     if not outcome.created and job.state == "failed":
         # The identical job already ran and failed: answering 202 with it would read as "queued".
@@ -297,8 +385,10 @@ def regrade_run(
                 "job": job_out(job, run_id).model_dump(mode="json"),
             },
             status_code=status.HTTP_409_CONFLICT,
-        )
-    return RegradeAccepted(job=job_out(job, run_id), created=outcome.created)
+        ), "refused:previous_job_failed"
+    return RegradeAccepted(job=job_out(job, run_id), created=outcome.created), (
+        f"queued:{job.id}" if outcome.created else f"existing:{job.id}"
+    )
 
 
 def failed_job_message(job: Job) -> str:

@@ -10,12 +10,17 @@ commits for real and the tables are emptied afterwards. Each test gets its own d
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from alembic import command
 from alembic.config import Config
 from fastapi.testclient import TestClient
@@ -33,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # Children first: emptied after every test.
-TABLES = ("reaudits", "workers", "findings", "probe_results", "verdicts", "measurements", "jobs", "artifacts", "runs", "deck_files", "decks")
+TABLES = ("audit_events", "api_tokens", "reaudits", "workers", "findings", "probe_results", "verdicts", "measurements", "jobs", "artifacts", "runs", "deck_files", "decks")
 
 
 def migrate(url: str) -> None:
@@ -89,7 +94,8 @@ def make_services(
     built: list[Services] = []
 
     def factory(**overrides: Any) -> Services:
-        svc = Services.build(make_settings(database_url, tmp_path / "data", **overrides), db=shared_db)
+        data_dir = overrides.pop("data_dir", tmp_path / "data")
+        svc = Services.build(make_settings(database_url, data_dir, **overrides), db=shared_db)
         built.append(svc)
         return svc
 
@@ -109,6 +115,27 @@ def svc(make_services: Any) -> Services:
 def client(svc: Services) -> Iterator[TestClient]:
     with TestClient(create_app(svc=svc)) as c:
         yield c
+
+
+@contextmanager
+def served_app(app: Any) -> Iterator[int]:
+    """Serve an app with a real uvicorn on 127.0.0.1 (a free port, yielded) for the block."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    try:
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
 
 
 def table_counts(svc: Services) -> dict[str, int]:

@@ -145,7 +145,8 @@ def test_unknown_problem_is_stored_and_says_why(client: TestClient, tmp_path: Pa
     assert body["regradable"] is False
     assert "99_unknown_problem" in body["not_regradable_reason"]
     regrade = client.post(f"/runs/{run_id}/regrade", headers=AUTH)
-    assert regrade.status_code == 422 and "not in any registered deck" in regrade.json()["detail"]
+    assert regrade.status_code == 409 and "not in any registered deck" in regrade.json()["detail"]
+    assert regrade.json()["reason"] == "not_regradable"
 
 
 def test_failure_while_storing_blobs_leaves_nothing(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select, text
 
 from service.context import Services
 from tests.archive_factory import DEFAULT_RUN_ID
@@ -34,8 +35,15 @@ def test_regrade_enqueue_is_idempotent(client: TestClient, svc: Services, tmp_pa
 
     forced = client.post(url, headers=AUTH, json={"force": True})
     assert forced.json()["created"] is True and forced.json()["job"]["force"] is True
+    # One queued forced regrade per run: a second is refused with a reason, naming the queued one.
     forced2 = client.post(url, headers=AUTH, json={"force": True})
-    assert forced2.json()["job"]["id"] != forced.json()["job"]["id"]
+    assert forced2.status_code == 409 and forced2.json()["reason"] == "force_regrade_pending"
+    assert forced2.json()["job"]["id"] == forced.json()["job"]["id"] and "still queued" in forced2.json()["detail"]
+    with svc.db.engine.begin() as conn:  # the worker took it: the next forced regrade is accepted
+        conn.execute(text("UPDATE jobs SET state = 'running' WHERE id = :id"), {"id": forced.json()["job"]["id"]})
+    forced3 = client.post(url, headers=AUTH, json={"force": True})
+    assert forced3.status_code == 202 and forced3.json()["job"]["id"] != forced.json()["job"]["id"]
+    assert 'kaudit_rejections_total{reason="force_regrade_pending"}' in client.get("/metrics").text
 
     got = client.get(f"/jobs/{job['id']}")
     assert got.status_code == 200
@@ -46,7 +54,7 @@ def test_regrade_enqueue_is_idempotent(client: TestClient, svc: Services, tmp_pa
     assert client.post("/runs/nope/regrade", headers=AUTH).status_code == 404
     assert client.post(url).status_code == 401
     assert client.post(url, headers={"Authorization": "Bearer wrong"}).status_code == 403
-    assert 'kaudit_jobs{state="queued"} 4.0' in client.get("/metrics").text
+    assert 'kaudit_jobs{state="queued"} 3.0' in client.get("/metrics").text
 
 
 def test_run_without_solution_is_not_regradable(client: TestClient, tmp_path: Path) -> None:
@@ -55,4 +63,30 @@ def test_run_without_solution_is_not_regradable(client: TestClient, tmp_path: Pa
     body = upload(client, arc).json()
     assert body["regradable"] is False and "solution" in body["not_regradable_reason"]
     r = client.post(f"/runs/{DEFAULT_RUN_ID}/regrade", headers=AUTH)
-    assert r.status_code == 422
+    assert r.status_code == 409 and r.json()["reason"] == "not_regradable"  # the run's state, not the request
+
+
+def test_one_queued_forced_regrade_is_held_by_the_database(client: TestClient, svc: Services, tmp_path: Path) -> None:
+    """Two concurrent forced requests both pass the app's check; the partial unique index refuses the second."""
+    import uuid
+
+    import pytest
+    from sqlalchemy.exc import IntegrityError
+
+    from service.models import Job, Run
+
+    assert upload(client, good_archive(tmp_path)).status_code == 201
+    with svc.db.session() as session:
+        run_pk = session.scalars(select(Run.id)).one()
+
+    def forced(state: str = "queued") -> Job:
+        return Job(run_id=run_pk, state=state, idempotency_key=f"t:{uuid.uuid4().hex}", force=True, probes=[],
+                   progress={})
+
+    with svc.db.session() as session, session.begin():
+        session.add_all([forced(), forced("running"), forced("succeeded")])  # one queued + others: fine
+    with pytest.raises(IntegrityError), svc.db.session() as session, session.begin():
+        session.add(forced())
+    with svc.db.session() as session, session.begin():  # an unforced queued job is not limited
+        session.add(Job(run_id=run_pk, state="queued", idempotency_key=f"t:{uuid.uuid4().hex}", force=False,
+                        probes=[], progress={}))
