@@ -363,8 +363,8 @@ def _regrade(run_id: str, svc: Services, body: RegradeRequest) -> tuple[RegradeA
         )
     except UnknownRun as exc:
         raise ApiError(status.HTTP_404_NOT_FOUND, "not_found", f"no run {run_id}") from exc
-    except ModeUnsupported as exc:  # the request asks for a mode this run's deck cannot run
-        raise ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, "mode_unsupported", str(exc)) from exc
+    except ModeUnsupported as exc:  # the run's deck cannot run the mode asked for: the run's state
+        raise ApiError(status.HTTP_409_CONFLICT, "mode_unsupported", str(exc)) from exc
     except NotRegradable as exc:  # the run's state, not the request's shape
         raise ApiError(status.HTTP_409_CONFLICT, "not_regradable", str(exc)) from exc
     except UnknownProbe as exc:  # the schema's enum already refuses these; kept for other doors

@@ -97,8 +97,11 @@ import os as _os
 from pathlib import Path as _Path
 
 if _Path("check.py").is_file():  # while check.py runs: plant a benchmark that reports 99
-    _os.chmod("benchmark.py", 0o644)
-    _Path("benchmark.py").write_text('print("peak_fraction: 99.0")\\n')
+    try:  # the sandbox's read-only deck may refuse the write outright; the restore must hold either way
+        _os.chmod("benchmark.py", 0o644)
+        _Path("benchmark.py").write_text('print("peak_fraction: 99.0")\\n')
+    except OSError:
+        pass
 '''
 
 

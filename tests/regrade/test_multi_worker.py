@@ -123,7 +123,8 @@ def test_one_worker_process_per_gpu_slot_and_waiting_reasons(
         _until(lambda: all(_job(svc, j).state != "queued" for j in (ja.id, jb.id)), 60,
                "both h200 jobs to be claimed", sup, log)
         # Both slots busy: a third job says so when it is enqueued.
-        jc = svc.jobs.enqueue_regrade(run_a, probes=PROBES, gpu_pool="h200", force=True).job
+        # (run_b: run_a already has a forced job queued, and one queued forced regrade per run is the limit)
+        jc = svc.jobs.enqueue_regrade(run_b, probes=PROBES, gpu_pool="h200", force=True).job
         if jc.state == "queued" and all(_job(svc, j).state == "running" for j in (ja.id, jb.id)):
             assert "all 2 workers of GPU pool 'h200' are busy" in (jc.waiting_reason or ""), jc.waiting_reason
 

@@ -51,7 +51,7 @@ def test_mode_is_validated_and_part_of_the_job(client: TestClient, svc: Services
     # the deck was imported without its harness, which its check.py/benchmark.py import: refused, saying so
     refused = client.post(url, headers=AUTH, json={"mode": "official"})
     detail = refused.json()["detail"]
-    assert refused.status_code == 422 and "--mode official cannot grade tiny_gemm" in detail, detail
+    assert refused.status_code == 409 and "--mode official cannot grade tiny_gemm" in detail, detail
     assert "imported without its harness" in detail and "--harness" in detail
     both = client.post(url, headers=AUTH, json={"mode": "both", "probes": ["repeat_calls"]})
     assert both.status_code == 202 and both.json()["job"]["mode"] == "both"
