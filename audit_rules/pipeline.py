@@ -101,6 +101,10 @@ class RegradeRequest:
     regrade_fn: RegradeFn | None = None  # graders.regrade.regrade unless a door passes its own
     mode: str | None = None  # official | hardened | both; None: the deck's default (graders.regrade)
     allow_unsafe_sandbox: bool | None = None  # None: the setting (graders.sandbox refuses without bwrap)
+    # Where the staged solution and the regrade's own scratch live (a service passes
+    # <data_dir>/scratch and a per-job prefix so `kaudit gc` finds a killed job's leftovers).
+    scratch_dir: Path | None = None
+    scratch_prefix: str = "kaudit-regrade-stage-"
 
 
 @dataclass
@@ -130,9 +134,13 @@ def _regrade(archive: UnpackedArchive, run: ParsedRun, deck: DeckSnapshot, findi
     assert run.problem is not None and deck.root is not None
     if req.progress is not None:
         req.progress("materialize", {"files": len(archive.files)})
-    with tempfile.TemporaryDirectory(prefix="kaudit-regrade-stage-") as tmp:
+    if req.scratch_dir is not None:
+        Path(req.scratch_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=req.scratch_prefix, dir=req.scratch_dir) as tmp:
         sol_dir = stage_solution(archive, Path(tmp) / "solution")
         extra: dict[str, Any] = {"mode": req.mode} if req.mode else {}
+        if req.scratch_dir is not None:
+            extra["scratch_dir"] = Path(tmp)
         if req.allow_unsafe_sandbox is not None:
             extra["allow_unsafe_sandbox"] = req.allow_unsafe_sandbox
         grade = fn(sol_dir, run.problem, Path(deck.root), device=req.device, probes=probes, lock=req.lock,

@@ -84,3 +84,28 @@ def test_a_regrade_that_cannot_run_says_why_and_the_verdict_is_the_static_one(tm
     nothing = judge(archive, run, decks, regrade=req, other_run_ids={run.run_id, "other"})
     assert nothing.grade is None and nothing.regrade_skipped == "the archive holds no solution.py"
     assert nothing.run_id == run.run_id
+
+
+def test_a_service_regrade_stages_under_its_scratch_folder(tmp_path: Path, decks: Any) -> None:
+    """The worker passes <data_dir>/scratch and a per-job prefix: the staged solution and the regrade's
+    own scratch live there while it runs (where `kaudit gc` finds a killed job's), and are gone after."""
+    from graders.results import GradeResult
+
+    scratch = tmp_path / "data" / "scratch"
+    seen: dict[str, Any] = {}
+
+    def fake_regrade(sol_dir: Path, problem: str, root: Path, **kw: Any) -> GradeResult:
+        seen["sol_dir"], seen["scratch_dir"] = Path(sol_dir), kw.get("scratch_dir")
+        seen["listing"] = sorted(p.name for p in scratch.iterdir())
+        seen["staged"] = (Path(sol_dir) / "solution.py").is_file()
+        return GradeResult(correct=None, check_lines=[], benchmark_lines=[], peak_fraction=None, shapes=[],
+                           failure_reason=None, infra_failure=True, framework=None, provenance=None, probes=[],
+                           detail="fake: nothing graded")
+
+    req = RegradeRequest(device="cpu", probes=[], regrade_fn=fake_regrade, scratch_dir=scratch,
+                         scratch_prefix="kaudit-job42-")
+    judge_file(_archive(tmp_path, solution=True), decks, regrade=req)
+    assert len(seen["listing"]) == 1 and seen["listing"][0].startswith("kaudit-job42-")
+    assert scratch in seen["sol_dir"].parents and seen["staged"]
+    assert seen["scratch_dir"] is not None and scratch in Path(seen["scratch_dir"]).parents
+    assert list(scratch.iterdir()) == []
