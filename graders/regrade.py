@@ -342,7 +342,10 @@ def _official(run: _Run, ws: Any, tmp: Path, timeout_s: float, sandbox_mode: str
     mode = sandbox_mode
     for attempt in (0, 1):
         root = tmp / f"official{attempt}"
-        tree, cache = root / "tree", root / "cache"
+        # one compile cache for the whole regrade: the deck's check.py builds the solution's
+        # Triton kernels and load_inline extensions once, and kaudit's hardened steps (same
+        # solution, same lock) reuse them instead of compiling everything a second time
+        tree, cache = root / "tree", ws.cache
         try:
             official.stage_tree(ws.work, list(ws.files), loc, problem, tree)
         except DeckTampered as exc:
@@ -353,7 +356,7 @@ def _official(run: _Run, ws: Any, tmp: Path, timeout_s: float, sandbox_mode: str
         for d in (cache / "triton", cache / "torch_extensions", cache / "cuda", cache / "tmp", ows.out, ows.clean):
             d.mkdir(parents=True, exist_ok=True)
         config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s + 60.0,
-                               mem_limit_mib=mem_limit_mib, mode=mode)
+                               mem_limit_mib=mem_limit_mib, mode=mode, allow_unsafe=run.allow_unsafe)
         try:
             sb = Sandbox(ows, config, [loc.root.parent])
         except SandboxSetupError as exc:
@@ -469,8 +472,13 @@ def _step(run: _Run, sb: Sandbox, name: str, step: str, params: dict[str, Any], 
 
 def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: float, sandbox_mode: str,
             mem_limit_mib: int | None) -> GradeResult:
+    # The hardened steps (check, benchmark, probes) keep the solution's Triton autotune results in
+    # the regrade's private cache: the benchmark and the probes time the configs the check's
+    # autotune chose instead of re-running every config in each step. Official mode does not:
+    # the deck's own scripts autotune afresh, as the benchmark's regrade does.
     config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s, mem_limit_mib=mem_limit_mib,
-                           mode=sandbox_mode, allow_unsafe=run.allow_unsafe)
+                           mode=sandbox_mode, allow_unsafe=run.allow_unsafe,
+                           extra_env=(("TRITON_CACHE_AUTOTUNING", "1"),))
     try:
         sb = Sandbox(ws, config, _deck_dirs(run.problem_dir))
     except SandboxUnavailable as exc:

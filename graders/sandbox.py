@@ -571,6 +571,8 @@ class Sandbox:
         self.drop = drops_to_nobody() and self.mode == SANDBOX_BWRAP
         if self.drop:
             _chown_tree(self.ws.root)  # the step's scratch area belongs to the sandbox uid
+            if not self.ws.cache.resolve().is_relative_to(self.ws.root.resolve()):
+                _chown_tree(self.ws.cache)  # a compile cache shared with the regrade's other steps
         with contextlib.suppress(OSError):
             _libc()  # load before any fork: preexec must not dlopen
 

@@ -133,8 +133,26 @@ WORKER_CASES = [
 ]
 
 
-def test_worker_path_end_to_end(tmp_path: Path) -> None:
-    """The real worker (in-process, SQLite) with the GPU lock: verdict rows from regrade jobs."""
+# The situations issue 12 added to the corpus (tests/corpus/sources/<case>), as real archives
+# through the same worker: the verdict each must reach once kaudit's regrade ran on the GPU is the
+# case's post-regrade expectation (expected.json `_build.<grade>.verdict`), else its static one.
+CORPUS_CASES = [
+    "dead_evict_last_branch", "repeat_call_shortcut", "global_flags_at_import", "magnitude_precision_sniff",
+    "stale_graph_caught_by_regrade", "output_memo_caught_by_regrade",
+]  # fmt: skip
+
+
+def _corpus_expectation(name: str) -> str:
+    from tests.corpus.test_corpus import load_case
+
+    _src, expected, _result = load_case(name)
+    after = [v["verdict"] for v in (expected.get("_build") or {}).values() if isinstance(v, dict) and "verdict" in v]
+    return after[0] if after else str(expected["verdict"])
+
+
+def _run_worker(tmp_path: Path, archives: dict[str, tuple[Path, str, list[str] | None]]) -> dict[str, Any]:
+    """Ingest each archive, enqueue one regrade per run, let the real in-process worker (SQLite,
+    GPU lock, sandbox) drain the queue; {name: job}. `probes=None` takes kaudit's probe policy."""
     pytest.importorskip("sqlalchemy", reason="service wheels not installed on this host (.whl/ not carried)")
     pytest.importorskip("fastapi", reason="service wheels not installed on this host (.whl/ not carried)")
     from alembic import command
@@ -143,7 +161,6 @@ def test_worker_path_end_to_end(tmp_path: Path) -> None:
     from service.context import Services
     from service.settings import Settings
     from service.worker import start_inprocess_worker
-    from tests.archive_factory import build_run_tree, make_tar
 
     url = f"sqlite:///{tmp_path / 'kaudit.db'}"
     cfg = Config(str(ROOT / "alembic.ini"))
@@ -153,16 +170,10 @@ def test_worker_path_end_to_end(tmp_path: Path) -> None:
                         gpu_lock_path=str(tmp_path / "gpu{gpu}.lock"), worker_lease_seconds=120)
     svc = Services.build(settings)
     svc.decks.ensure_bundled()
-    only = {n for n in os.environ.get("KAUDIT_GPU_WORKER_CASES", "").split(",") if n}  # a subset, comma-separated
     jobs = {}
-    for i, (name, problem, _want) in enumerate(WORKER_CASES):
-        if only and name not in only:
-            continue
-        tree = build_run_tree(tmp_path / f"t{i}", run_id=f"20260801_22433{i}_claude_claude-opus-4-8_{problem}", problem=problem,
-                              solution=(DECK / problem / "examples" / f"{name}.py").read_text(),
-                              deck_problem_dir=DECK / problem)
-        run = svc.ingest.ingest_file(make_tar(tree, tmp_path / f"r{i}.tar.gz")).run
-        jobs[name] = svc.jobs.enqueue_regrade(run.run_id, probes=["same_storage_overwrite", "l2_policy"]).job.id
+    for name, (archive, _problem, probes) in archives.items():
+        run = svc.ingest.ingest_file(archive).run
+        jobs[name] = svc.jobs.enqueue_regrade(run.run_id, probes=probes).job.id
     worker = start_inprocess_worker(settings)
     t = time.monotonic()
     try:
@@ -173,20 +184,61 @@ def test_worker_path_end_to_end(tmp_path: Path) -> None:
             time.sleep(2)
     finally:
         worker.stop()
-    want = {name: verdict for name, _p, verdict in WORKER_CASES}
-    problems = {name: p for name, p, _v in WORKER_CASES}
+    out = {}
     for name, job_id in jobs.items():
         job = svc.jobs.get(job_id)
         assert job is not None
-        rec = {"example": f"worker {problems[name][:2]} {name}", "job_state": job.state, "attempts": job.attempts,
+        out[name] = job
+        rec = {"example": f"worker {archives[name][1][:2]} {name}", "job_state": job.state, "attempts": job.attempts,
                "error": job.error, "result": job.result}
         with RESULTS.open("a") as fh:
             fh.write(json.dumps(rec, default=str) + "\n")
-    for name, job_id in jobs.items():
-        job = svc.jobs.get(job_id)
-        assert job is not None and job.state == "succeeded", (name, job and job.error)
+    return out
+
+
+def _assert_verdicts(jobs: dict[str, Any], want: dict[str, str]) -> None:
+    for name, job in jobs.items():
+        assert job.state == "succeeded", (name, job.error)
         assert job.result is not None and job.result["smoke"] is False
         assert job.result["verdict"] == want[name], (name, job.result.get("reasons"))
         if want[name] == "clean":
             assert job.result["measurement_status"] == "sequential_isolated"
             assert job.result["publish_grade"] is True
+
+
+def test_worker_path_end_to_end(tmp_path: Path) -> None:
+    """The real worker (in-process, SQLite) with the GPU lock: verdict rows from regrade jobs."""
+    from tests.archive_factory import build_run_tree, make_tar
+
+    only = {n for n in os.environ.get("KAUDIT_GPU_WORKER_CASES", "").split(",") if n}  # a subset, comma-separated
+    archives: dict[str, tuple[Path, str, list[str] | None]] = {}
+    for i, (name, problem, _want) in enumerate(WORKER_CASES):
+        if only and name not in only:
+            continue
+        tree = build_run_tree(tmp_path / f"t{i}", run_id=f"20260801_22433{i}_claude_claude-opus-4-8_{problem}", problem=problem,
+                              solution=(DECK / problem / "examples" / f"{name}.py").read_text(),
+                              deck_problem_dir=DECK / problem)
+        archives[name] = (make_tar(tree, tmp_path / f"r{i}.tar.gz"), problem, ["same_storage_overwrite", "l2_policy"])
+    if not archives:
+        pytest.skip("KAUDIT_GPU_WORKER_CASES selects none of the lane examples")
+    jobs = _run_worker(tmp_path, archives)
+    _assert_verdicts(jobs, {name: verdict for name, _p, verdict in WORKER_CASES})
+
+
+def test_worker_corpus_cases_end_to_end(tmp_path: Path) -> None:
+    """Issue 12's new corpus situations as real archives through the real worker on the GPU, probes
+    chosen by kaudit's own policy: each reaches its post-regrade verdict."""
+    from tests.corpus.test_corpus import build_case_archive, load_case
+
+    only = {n for n in os.environ.get("KAUDIT_GPU_CORPUS_CASES", "").split(",") if n}
+    archives: dict[str, tuple[Path, str, list[str] | None]] = {}
+    for name in CORPUS_CASES:
+        if only and name not in only:
+            continue
+        dest = tmp_path / name
+        dest.mkdir()
+        archives[name] = (build_case_archive(name, dest), str(load_case(name)[2]["problem"]), None)
+    if not archives:
+        pytest.skip("KAUDIT_GPU_CORPUS_CASES selects none of the corpus cases")
+    jobs = _run_worker(tmp_path, archives)
+    _assert_verdicts(jobs, {name: _corpus_expectation(name) for name in archives})
