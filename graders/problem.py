@@ -128,6 +128,17 @@ class ProblemSpec:
     shape_attrs: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def raw_input_rewrites_in_contract(self) -> bool:
+        """Does this deck's grader rewrite an input's bytes behind its version counter?
+
+        kaudit's own decks do (their contract). A KBH deck does only for the problems its harness
+        runs property stress on (`_overwrite_inputs_without_version`: same storage, same
+        data_ptr, same `_version`); for the others (01 fp8, 07 w4a16) its check.py makes fresh
+        inputs, and a cache keyed on (identity or data_ptr, `_version`) is inside its contract.
+        """
+        return self.schema != "kbh" or self.kbh_property_shape is not None
+
     def shape_list(self, which: str) -> list[dict[str, Any]]:
         """`all` -> the graded SHAPES, `small` -> SMALL_SHAPES (CPU interpreter smoke)."""
         if which == "all":

@@ -25,23 +25,15 @@ export OUT="${OUT:-$PWD/gpu-lane-out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 if [ "${1:-}" = "--make-site" ]; then
-  mkdir -p .lane/site
-  "$PY" - <<'PYEOF'
-import importlib.util, pathlib, shutil
-dst = pathlib.Path(".lane/site")
-for name in ("hypothesis", "sortedcontainers", "_hypothesis_globals", "_hypothesis_ftz_detector"):
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        print(f"{name}: not installed here"); continue
-    src = pathlib.Path(spec.origin)
-    src = src.parent if src.name == "__init__.py" else src
-    target = dst / src.name
-    if target.exists():
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
-    (shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
-     else shutil.copy2(src, target))
-    print(f"{name}: {src} -> {target}")
-PYEOF
+  # hypothesis ships a compiled part (hypothesis/_native*.so): copying this host's CPython 3.11
+  # build breaks on the image's 3.12, so the wheels are fetched for the image's interpreter
+  # (DEVICE_PY, default 3.12) at the version installed here, and unpacked into .lane/site.
+  ver=$("$PY" -c "import hypothesis; print(hypothesis.__version__)")
+  rm -rf .lane/site /tmp/kaudit-site-wheels && mkdir -p .lane/site /tmp/kaudit-site-wheels
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "${DEVICE_PY:-3.12}" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d /tmp/kaudit-site-wheels "hypothesis==$ver" sortedcontainers || exit 1
+  for w in /tmp/kaudit-site-wheels/*.whl; do "$PY" -m zipfile -e "$w" .lane/site && echo "unpacked $(basename "$w")"; done
   exit 0
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -101,7 +101,17 @@ class Verifier:
             if not res["ok"] and worst is None:
                 worst = row
             prev_ref, prev_sol = ref, sol
-        nums = {"steps": steps}
+        nums: dict[str, Any] = {"steps": steps, "raw_rewrites_in_contract": self.spec.raw_input_rewrites_in_contract}
+        failing = [s for s in steps if not s["ok"]]
+        if worst and version_keyed_only(steps) and not self.spec.raw_input_rewrites_in_contract:
+            # stale only behind the version counter, which this deck's grader never does: a cache
+            # keyed on (identity/data_ptr, _version), inside the contract; notable, not a failure
+            nums["version_keyed_cache"] = True
+            return (ProbeStatus.FLAGGED,
+                    f"stale only after raw rewrites that keep data_ptr AND _version ({len(failing)} of {len(steps)} "
+                    f"changes, e.g. '{worst['step']}': {worst['bad']:,}/{worst['total']:,} out of tolerance); every "
+                    f"version-bumping rewrite and fresh tensor matched the reference: a (data_ptr/identity, "
+                    f"_version)-keyed cache, which this deck's grader (no version-preserving rewrites) allows", nums)
         if worst:
             return (ProbeStatus.FAILED,
                     f"after input change '{worst['step']}' ({_how(worst)}): reference changed by "
@@ -336,6 +346,13 @@ class Verifier:
                 shape_index=si,
             ))
         return results
+
+
+def version_keyed_only(steps: list[dict[str, Any]]) -> bool:
+    """True when the only input changes the solution missed were raw rewrites keeping data_ptr and
+    `_version` (every version-bumping rewrite and fresh tensor was reflected)."""
+    failing = [s for s in steps if not s["ok"]]
+    return bool(failing) and all(s.get("same_data_ptr") and s.get("version_bumped") is False for s in failing)
 
 
 def _how(row: dict[str, Any]) -> str:

@@ -185,3 +185,30 @@ def test_graders_cli_check_resolves_an_imported_deck_by_name(tmp_path: Path) -> 
                               "--deck", "kbh-nope", "--device", "cpu"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode == 1 and "no deck 'kbh-nope' registered" in missing.stdout
+
+
+def test_raw_input_rewrites_are_in_a_decks_contract_only_where_its_grader_makes_them() -> None:
+    """The harness rewrites inputs behind their version counter only in its property stress
+    (02/03/05/06); 01 and 07 get fresh inputs, so a (data_ptr, _version)-keyed input cache is
+    inside their contract. kaudit's own decks include such rewrites."""
+    from graders.problem import load_problem
+
+    got = {p: load_problem(UPSTREAM / "hard" / "problems-h100" / p).raw_input_rewrites_in_contract
+           for p in ("01_fp8_gemm", "02_kda_cutlass", "03_paged_attention", "05_topk_bitonic",
+                     "06_sonic_moe_swiglu", "07_w4a16_gemm")}
+    assert got == {"01_fp8_gemm": False, "02_kda_cutlass": True, "03_paged_attention": True,
+                   "05_topk_bitonic": True, "06_sonic_moe_swiglu": True, "07_w4a16_gemm": False}
+    assert load_problem(REPO / "kernels" / "hard" / "01_fp8_gemm").raw_input_rewrites_in_contract
+
+
+def test_a_miss_only_behind_the_version_counter_is_told_apart() -> None:
+    from graders.probes.verify import version_keyed_only
+
+    ok = {"ok": True, "same_data_ptr": True, "version_bumped": True}
+    raw_miss = {"ok": False, "same_data_ptr": True, "version_bumped": False}
+    bumped_miss = {"ok": False, "same_data_ptr": True, "version_bumped": True}
+    fresh_miss = {"ok": False, "same_data_ptr": False, "version_bumped": None}
+    assert version_keyed_only([ok, raw_miss])
+    assert not version_keyed_only([ok, ok])
+    assert not version_keyed_only([raw_miss, bumped_miss])
+    assert not version_keyed_only([raw_miss, fresh_miss])
