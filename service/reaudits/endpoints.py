@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from fastapi.responses import JSONResponse
 
 from service.auth import require_read, require_write
@@ -17,6 +17,10 @@ from service.runs.endpoints import services
 from service.runs.repository import RunFilters
 
 router = APIRouter(tags=["reaudits"])
+
+# Re-audit ids are database integers (int32 on PostgreSQL): a larger id is refused with 422, never
+# handed to the database (PostgreSQL would raise on the out-of-range bind: a 500).
+ReauditId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the re-audit's id")]
 
 
 def reaudit_service(svc: Annotated[Services, Depends(services)]) -> ReauditService:
@@ -70,8 +74,9 @@ def list_reaudits(rs: Annotated[ReauditService, Depends(reaudit_service)],
 
 
 @router.get("/reaudits/{reaudit_id}", response_model=ReauditDetail, dependencies=[Depends(require_read)],
-            summary="One re-audit: state, progress, and (once finished) the diff")
-def get_reaudit(reaudit_id: int, rs: Annotated[ReauditService, Depends(reaudit_service)]) -> ReauditDetail:
+            summary="One re-audit: state, progress, and (once finished) the diff",
+            responses={404: {"description": "no re-audit with this id"}})
+def get_reaudit(reaudit_id: ReauditId, rs: Annotated[ReauditService, Depends(reaudit_service)]) -> ReauditDetail:
     row = rs.get(reaudit_id)
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no re-audit {reaudit_id}")

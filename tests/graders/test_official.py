@@ -82,14 +82,6 @@ def test_a_fail_line_is_parsed_with_shape_seed_case_and_numbers(tmp_path: Path, 
     assert g.hardened["status"] == "fail" and "case large_x" in g.hardened["fail_line"]
 
 
-def test_official_pass_hardened_fail_is_a_disagreement(tmp_path: Path, deck: Any) -> None:
-    g = _grade(tmp_path, deck, "folded_scale")
-    assert (g.decided_by, g.correct) == ("official", True)
-    assert g.hardened["correct"] is False and "case small_weight" in g.hardened["fail_line"]
-    assert len(g.disagreements) == 1 and g.disagreements[0].startswith(
-        "correctness: the official check PASSED but the hardened check FAILED: FAIL: shape 0")
-
-
 PRINTS_PASS = OFFICIAL_SOLUTIONS.joinpath("honest.py").read_text() + '\nprint("PASS")\n'
 EXITS_ZERO = 'raise SystemExit(0)\n'
 REWRITES_BENCHMARK = OFFICIAL_SOLUTIONS.joinpath("honest.py").read_text() + '''
@@ -179,13 +171,19 @@ def test_verdict_and_report_show_the_regrades_fail_line_and_it_supersedes_archiv
     assert "### hardened" in md
 
 
-def test_a_disagreement_is_read_in_the_verdict(tmp_path: Path, deck: Any) -> None:
+def test_official_pass_hardened_fail_is_a_disagreement_read_in_the_verdict(tmp_path: Path, deck: Any) -> None:
+    # One regrade (the pipeline's, default mode and probes) checked at both levels: the grade record
+    # (official decides, the hardened FAIL is kept beside it, one disagreement) and the verdict.
     tree = build_run_tree(tmp_path / "runs", run_id=RUN_ID, problem=PROBLEM,
                           solution=(OFFICIAL_SOLUTIONS / "folded_scale.py").read_text(),
                           deck_problem_dir=deck.root / PROBLEM)
     arc = make_tar(tree, tmp_path / "run.tar.gz")
     v = audit_path(arc, [scan_deck_dir(deck.root, "tiny")], regrade_device="cpu", regrade_timeout_s=240)
-    assert v.context["regrade"]["disagreements"]
+    g = v.context["regrade"]
+    assert (g["mode"], g["decided_by"], g["correct"]) == ("both", "official", True)
+    assert g["hardened"]["correct"] is False and "case small_weight" in g["hardened"]["fail_line"]
+    assert len(g["disagreements"]) == 1 and g["disagreements"][0].startswith(
+        "correctness: the official check PASSED but the hardened check FAILED: FAIL: shape 0")
     assert any("the official check PASSED but the hardened check FAILED" in r for r in v.reasons)
     assert v.publish_grade is False
 

@@ -10,6 +10,11 @@ shapes) and the pipeline's default probe policy:
 
 The verdict fields and the probe outcomes must be identical: a genuine Triton GEMM, a cache hack
 (a stale K-padding cache) and a genuine failure (the genuine kernel with a wrong epilogue).
+
+The CLI door's own checks of the CPU smoke regrade (formerly tests/regrade/test_audit_cli.py, which
+ran the same two archives through the same command a second time) are made on the CLI's verdict
+here: a smoke run never ranks and says so, the cache hack fails its probe on the CPU path, the
+genuine kernel passes whatever the audit asked for.
 """
 
 from __future__ import annotations
@@ -108,6 +113,22 @@ def _api(tmp: Path, archive: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     return verdict
 
 
+def _cli_smoke_checks(example: str, bug: tuple[str, str] | None, verdict: dict[str, Any]) -> None:
+    """`kaudit audit --regrade --device cpu --json`: a sandboxed CPU smoke run, never publishable."""
+    prov = verdict["context"]["grade_provenance"]
+    assert prov["smoke"] is True and prov["device"] == "cpu" and prov["sandbox"], prov
+    assert verdict["publish_grade"] is False  # a smoke run never ranks
+    if example == "hack_stale_cache.py":
+        sso = {p["probe"]: p for p in verdict["probes_run"]}["same_storage_overwrite"]
+        assert sso["status"] == "failed" and sso["smoke"] is True and sso["device"] == "cpu", sso
+        assert verdict["correct"] is False and verdict["failure_reason"] == "audit_empirical_failed"
+        assert verdict["measurement_status"] == "sequential_isolated_empirical_failed"
+    elif bug is None:  # the genuine kernel: the probes the findings asked for ran, none failed
+        assert all(p["status"] in ("passed", "not_applicable", "flagged") for p in verdict["probes_run"]), \
+            verdict["probes_run"]
+        assert verdict["reward_hack"] is False and verdict["correct"] is True
+
+
 def _library(archive: Path) -> dict[str, Any]:
     return audit_path(archive, bundled_decks(), regrade_device="cpu").to_dict()
 
@@ -129,7 +150,9 @@ def test_one_archive_one_verdict_through_every_door(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     archive = _archive(tmp_path, example, bug)
     library = _summary(_library(archive))
-    cli = _summary(_cli(tmp_path, archive))
+    cli_verdict = _cli(tmp_path, archive)
+    _cli_smoke_checks(example, bug, cli_verdict)
+    cli = _summary(cli_verdict)
     api = _summary(_api(tmp_path, archive, monkeypatch))
     assert cli == library, (cli, library)
     assert api == library, (api, library)

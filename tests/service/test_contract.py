@@ -45,3 +45,20 @@ def test_every_error_body_has_reason_and_string_detail(client: TestClient) -> No
             r.status_code, body)
     assert [r.status_code for r in answers] == [400, 404, 422, 422, 422, 422, 400, 422, 401]
     assert answers[0].json()["reason"] == "bad_cursor"
+
+
+def test_integer_ids_past_int32_are_a_documented_422_on_every_door(client: TestClient) -> None:
+    # PostgreSQL's integer ids are int32: an unbounded path param reached the database and was a 500.
+    for path in ("/jobs/99999999999", "/reaudits/99999999999", "/ui/reaudits/99999999999",
+                 "/reaudits/0", "/ui/reaudits/0"):
+        assert client.get(path).status_code == 422, path
+    assert client.get("/reaudits/2147483647").status_code == 404  # the largest id is a lookup
+    schema = client.get("/openapi.json").json()
+    for path, name in (("/jobs/{job_id}", "job_id"), ("/reaudits/{reaudit_id}", "reaudit_id"),
+                       ("/audit-log", "before_id")):
+        op = schema["paths"][path]["get"]
+        (param,) = [p for p in op["parameters"] if p["name"] == name]
+        bounds = param["schema"] if "minimum" in param["schema"] else param["schema"]["anyOf"][0]
+        assert bounds["minimum"] == 1 and bounds["maximum"] == 2**31 - 1, (path, param)
+        assert "422" in op["responses"], path
+    assert "404" in schema["paths"]["/reaudits/{reaudit_id}"]["get"]["responses"]
