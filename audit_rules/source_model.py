@@ -35,6 +35,7 @@ import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from audit_rules.memo import IdentityMemo
 from graders.runformat import NATIVE_SUFFIXES, PY_SUFFIXES  # noqa: F401  (the run-format facts, re-exported)
 
 _MAX_DEPTH = 12  # bound on alias / constant-folding recursion (self-referencing assignments)
@@ -224,14 +225,16 @@ def _walk_toplevel(node: ast.AST) -> Iterator[ast.AST]:
     yield from _walk_no_nested(node)
 
 
-_BODY_CACHE: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
+# Per-body node lists, hot in every rule; bounded (long-lived processes audit archive after archive).
+BODY_CACHE_SIZE = 4096  # function bodies (an archive has hundreds at most)
+_BODY_CACHE: IdentityMemo[list[ast.AST]] = IdentityMemo(BODY_CACHE_SIZE)
 
 
 def walk_body(func_or_module: ast.AST) -> Iterator[ast.AST]:
     """Every node of a function body including lambdas, excluding nested defs/classes (cached)."""
-    hit = _BODY_CACHE.get(id(func_or_module))
-    if hit is not None and hit[0] is func_or_module:
-        return iter(hit[1])
+    hit = _BODY_CACHE.get(func_or_module)
+    if hit is not None:
+        return iter(hit)
     nodes: list[ast.AST] = []
     stack = list(ast.iter_child_nodes(func_or_module))
     while stack:
@@ -241,9 +244,7 @@ def walk_body(func_or_module: ast.AST) -> Iterator[ast.AST]:
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
             stack.append(child)
-    if len(_BODY_CACHE) > 50_000:
-        _BODY_CACHE.clear()
-    _BODY_CACHE[id(func_or_module)] = (func_or_module, nodes)
+    _BODY_CACHE.put(func_or_module, nodes)
     return iter(nodes)
 
 

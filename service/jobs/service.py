@@ -1,4 +1,4 @@
-"""Enqueue regrade jobs: idempotent per (run, archive sha256, grader version, probe set).
+"""Enqueue regrade jobs: idempotent per (run, archive sha256, grader version, probe set, mode, GPU pool).
 
 The job row is committed first; only then is the worker told (`service.worker.notify_enqueued`),
 so a worker never sees a job whose transaction could still roll back.
@@ -71,11 +71,17 @@ def grader_version() -> str:
     return str(getattr(graders, "GRADER_VERSION", "unknown"))
 
 
+DEFAULT_GPU_POOL = "default"  # jobs.gpu_pool's column default and Settings.worker_gpu_pool's
+
+
 def idempotency_key(run_pk: int, archive_sha256: str, version: str, probes: Sequence[str],
-                    mode: str | None = None) -> str:
+                    mode: str | None = None, gpu_pool: str = DEFAULT_GPU_POOL) -> str:
+    """Two requests differing in probe set, mode or the (resolved) GPU pool are distinct jobs."""
     raw = f"{run_pk}|{archive_sha256}|{version}|{','.join(sorted(set(probes)))}"
     if mode is not None:  # keys of default-mode jobs keep their earlier value
         raw += f"|mode={mode}"
+    if gpu_pool != DEFAULT_GPU_POOL:  # likewise keys of default-pool jobs
+        raw += f"|pool={gpu_pool}"
     return "regrade:" + hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -124,7 +130,8 @@ class JobService:
                     raise UnknownRun(run_id)
                 if not run.regradable:
                     raise NotRegradable(run.not_regradable_reason or "run cannot be regraded")
-                key = idempotency_key(run.id, run.archive_sha256, grader_version(), probe_set, mode)
+                pool = gpu_pool or self.settings.worker_gpu_pool
+                key = idempotency_key(run.id, run.archive_sha256, grader_version(), probe_set, mode, pool)
                 if not force:
                     existing = jobs.by_key(key)
                     if existing is not None:
@@ -150,7 +157,7 @@ class JobService:
                                 mode=mode,
                                 attempts=0,
                                 max_attempts=self.settings.worker_max_attempts,
-                                gpu_pool=gpu_pool or self.settings.worker_gpu_pool,
+                                gpu_pool=pool,
                                 progress={},
                             )
                         )

@@ -327,7 +327,7 @@ def run_report(run_id: str, svc: Annotated[Services, Depends(services)]) -> Resp
     "/runs/{run_id}/regrade",
     response_model=RegradeAccepted,
     status_code=status.HTTP_202_ACCEPTED,
-    summary="Enqueue an isolated regrade (idempotent per run, archive, grader version, probe set)",
+    summary="Enqueue an isolated regrade (idempotent per run, archive, grader version, probe set, mode, GPU pool)",
     responses={
         409: {
             "model": RegradeRefused,

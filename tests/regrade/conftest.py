@@ -15,6 +15,14 @@ EXAMPLES = FP8 / "examples"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def example_sidecars(example: Path) -> dict[str, str]:
+    """The modules an example imports from its own folder (the hack_* examples' shared kernel module),
+    as `build_run_tree(extra_files=...)`: scratch/ sidecars, which the sandbox stages beside solution.py."""
+    from graders.sources import collect_sources
+
+    return {f"scratch/{rel}": text for rel, text in collect_sources(example).items() if rel != example.name}
+
+
 def sandbox_modes() -> list[str]:
     """Both sandbox modes where bubblewrap works on this host, else the plain subprocess only."""
     return ["bwrap", "subprocess"] if bwrap_works()[0] else ["subprocess"]

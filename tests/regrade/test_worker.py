@@ -29,7 +29,7 @@ from service.context import Services
 from service.models import Job, Measurement, ProbeResultRow, Run, VerdictRow
 from service.settings import Settings, normalize_database_url
 from tests.archive_factory import build_run_tree, make_tar
-from tests.regrade.conftest import EXAMPLES, FP8, ROOT
+from tests.regrade.conftest import EXAMPLES, FP8, ROOT, example_sidecars
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,8 @@ def services(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
 
 def _ingest(svc: Services, tmp: Path, solution: Path) -> str:
     svc.decks.ensure_bundled()
-    tree = build_run_tree(tmp / "tree", solution=solution.read_text(), deck_problem_dir=FP8)
+    tree = build_run_tree(tmp / "tree", solution=solution.read_text(), deck_problem_dir=FP8,
+                          extra_files=example_sidecars(solution))
     outcome = svc.ingest.ingest_file(make_tar(tree, tmp / "run.tar.gz"))
     assert outcome.run.regradable, outcome.run.not_regradable_reason
     return outcome.run.run_id

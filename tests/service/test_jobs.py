@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
@@ -90,3 +91,39 @@ def test_one_queued_forced_regrade_is_held_by_the_database(client: TestClient, s
     with svc.db.session() as session, session.begin():  # an unforced queued job is not limited
         session.add(Job(run_id=run_pk, state="queued", idempotency_key=f"t:{uuid.uuid4().hex}", force=False,
                         probes=[], progress={}))
+
+
+def test_requests_differing_only_in_gpu_pool_are_distinct_jobs(svc: Services, tmp_path: Path) -> None:
+    """Over real HTTP into the ASGI app (httpx ASGITransport, the app's own lifespan run)."""
+    import anyio
+    import httpx
+
+    from service.app import create_app
+
+    archive = good_archive(tmp_path)
+    url = f"/runs/{DEFAULT_RUN_ID}/regrade"
+
+    async def scenario() -> dict[str, Any]:
+        app = create_app(svc=svc)
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://kaudit") as c:
+                with open(archive, "rb") as fh:
+                    up = await c.post("/runs", headers=AUTH, files={"archive": (archive.name, fh.read())})
+                assert up.status_code == 201, up.text
+                out: dict[str, Any] = {}
+                for name, body in (("default", {}), ("a", {"gpu_pool": "pool-a"}), ("b", {"gpu_pool": "pool-b"}),
+                                   ("a_again", {"gpu_pool": "pool-a"}), ("explicit_default", {"gpu_pool": "default"}),
+                                   ("a_hardened", {"gpu_pool": "pool-a", "mode": "hardened"})):
+                    r = await c.post(url, headers=AUTH, json=body)
+                    assert r.status_code == 202, (name, r.text)
+                    out[name] = r.json()
+                return out
+
+    got = anyio.run(scenario)
+    ids = {name: r["job"]["id"] for name, r in got.items()}
+    assert got["default"]["created"] and got["a"]["created"] and got["b"]["created"], got
+    assert len({ids["default"], ids["a"], ids["b"]}) == 3  # the pool alone makes them distinct jobs
+    assert got["a"]["job"]["gpu_pool"] == "pool-a" and got["b"]["job"]["gpu_pool"] == "pool-b"
+    assert ids["a_again"] == ids["a"] and got["a_again"]["created"] is False  # still idempotent per pool
+    assert ids["explicit_default"] == ids["default"] and got["explicit_default"]["created"] is False
+    assert got["a_hardened"]["created"] and ids["a_hardened"] not in (ids["a"], ids["b"])  # mode too

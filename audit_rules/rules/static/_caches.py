@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from audit_rules.memo import IdentityMemo
 from audit_rules.rules.static import _support as S
 from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
 
@@ -97,10 +98,9 @@ def _base_name(expr: ast.expr) -> ast.Name | None:
 
 def mutated_module_objects(module: PyModule) -> set[str]:
     """Module-level names whose object a function mutates (attribute/item store, mutator call)."""
-    key = f"{_MEMO_KEY}mutated:{id(module)}"
-    hit = _MUTATED.get(key)
-    if hit is not None and hit[0] is module:
-        return hit[1]
+    hit = _MUTATED.get(module)
+    if hit is not None:
+        return hit
     top = set(module.scope(None).assigns)
     out: set[str] = set()
     for func in module.functions.values():
@@ -119,13 +119,10 @@ def mutated_module_objects(module: PyModule) -> set[str]:
                     base = _base_name(t)
                     if base is not None and base.id in top and base.id not in local:
                         out.add(base.id)
-    if len(_MUTATED) > 1000:
-        _MUTATED.clear()
-    _MUTATED[key] = (module, out)
-    return out
+    return _MUTATED.put(module, out)
 
 
-_MUTATED: dict[str, tuple[PyModule, set[str]]] = {}
+_MUTATED: IdentityMemo[set[str]] = IdentityMemo(S.MODULE_CACHE_SIZE)
 
 
 def persistent_root(expr: ast.expr, module: PyModule, func: FunctionInfo | None) -> str | None:
@@ -278,10 +275,9 @@ def data_roots(expr: ast.AST, scope: Scope, depth: int = 0) -> tuple[set[str], s
 def state_attrs(module: PyModule) -> set[str]:
     """Model state a load_state_dict fills: register_buffer/register_parameter names and
     attributes assigned an nn.Parameter."""
-    key = f"{_MEMO_KEY}state:{id(module)}"
-    hit = _STATE.get(key)
-    if hit is not None and hit[0] is module:
-        return hit[1]
+    hit = _STATE.get(module)
+    if hit is not None:
+        return hit
     out: set[str] = set()
     for node in ast.walk(module.tree):
         if isinstance(node, ast.Call) and S.call_name(node) in ("register_buffer", "register_parameter"):
@@ -291,13 +287,10 @@ def state_attrs(module: PyModule) -> set[str]:
             for t in node.targets:
                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                     out.add(t.attr)
-    if len(_STATE) > 1000:
-        _STATE.clear()
-    _STATE[key] = (module, out)
-    return out
+    return _STATE.put(module, out)
 
 
-_STATE: dict[str, tuple[PyModule, set[str]]] = {}
+_STATE: IdentityMemo[set[str]] = IdentityMemo(S.MODULE_CACHE_SIZE)
 
 
 def param_carries_data(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleMeta, Severity
+from audit_rules.memo import IdentityMemo
 from audit_rules.source_model import FunctionInfo, NativeSource, PyModule, Scope, Submission, walk_body
 
 WEIGHT_NAMES = {
@@ -128,18 +129,16 @@ def dedupe(findings: list[Finding]) -> list[Finding]:
 # ---- persistent state --------------------------------------------------------------------
 
 
-_GLOBALS_CACHE: dict[int, tuple[PyModule, set[str]]] = {}
+MODULE_CACHE_SIZE = 128  # parsed modules whose per-module facts stay memoized (a few per archive)
+_GLOBALS_CACHE: IdentityMemo[set[str]] = IdentityMemo(MODULE_CACHE_SIZE)
 
 
 def module_globals(module: PyModule) -> set[str]:
     """Module-level names bound to mutable containers or None (caches live there)."""
-    hit = _GLOBALS_CACHE.get(id(module))
-    if hit is not None and hit[0] is module:
-        return hit[1]
-    out = _module_globals(module)
-    if len(_GLOBALS_CACHE) > 1000:
-        _GLOBALS_CACHE.clear()
-    _GLOBALS_CACHE[id(module)] = (module, out)
+    hit = _GLOBALS_CACHE.get(module)
+    if hit is not None:
+        return hit
+    out = _GLOBALS_CACHE.put(module, _module_globals(module))
     return out
 
 
