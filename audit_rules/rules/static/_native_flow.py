@@ -98,7 +98,7 @@ class Flow:
     units: list[CUnit] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     _exports: dict[str, list[str]] | None = None
-    _env: Any = None  # _env_writes(sub), computed once
+    _env: Any = _UNKNOWN  # _env_writes(sub), computed once
     _aug: dict[str, set[str]] = field(default_factory=dict)  # module path -> names written with `x op= ...`
     _globals: dict[int, set[str]] = field(default_factory=dict)  # id(function node) -> `global` names
 
@@ -313,11 +313,9 @@ class Flow:
         return sorted(set(self._exports.get(cname, [])))
 
     def env_writes(self) -> Any:
-        if self._env is None:
+        if self._env is _UNKNOWN:
             self._env = _env_writes(self.sub)
-            if self._env is None:
-                self._env = False
-        return self._env or None
+        return self._env
 
     def aug_assigned(self, module: PyModule, name: str) -> bool:
         names = self._aug.get(module.path)
@@ -751,9 +749,9 @@ def _single_assignment(struct: str, start: int, end: int, name: str) -> tuple[st
     "" when it is written in other ways (unknown); None when it is not a local at all."""
     body = struct[start:end]
     writes = [
-        m for m in re.finditer(r"(?<![\w.>])" + re.escape(name) + r"\s*(=(?!=)|\+=|-=|\*=|/=|\|=|&=|<<=|>>=|\+\+|--)", body)
+        m for m in re.finditer(r"(?<![\w.>])" + re.escape(name) + r"\s*(=(?!=)|\+=|-=|\*=|/=|%=|\^=|\|=|&=|<<=|>>=|\+\+|--)", body)
     ]
-    pre = list(re.finditer(r"(\+\+|--)\s*" + re.escape(name) + r"\b", body))
+    pre = list(re.finditer(r"(\+\+|--|(?<![&\w)\]])&)\s*" + re.escape(name) + r"\b", body))  # ++x, &x (escapes)
     decl = re.compile(r"(?:[\w:<>]+[\s*&]+)+$")
     if not writes:
         return None
