@@ -273,12 +273,12 @@ def test_evict_last_in_a_branch_no_launch_takes_is_advisory(decks: Any) -> None:
     assert f.effect is Effect.ADVISORY and f.data["where"] == "dead"
 
 
-_ENV_DEAD = "bad_benign_ptx_env_policy_dead.py"
+_ENV_DEAD = "bad_benign_ptx_env_policy_dead"
 
 
 def _env_policy_effect(decks: Any, *edits: tuple[str, str]) -> Effect:
     """KA140's effect on the evict_last line of the env-defaulted policy fixture, after text edits."""
-    text = (FIXTURES / "KA140" / _ENV_DEAD).read_text(encoding="utf-8")
+    text = (FIXTURES / "KA140" / _ENV_DEAD / "solution.py").read_text(encoding="utf-8")
     for old, new in edits:
         assert old in text, old
         text = text.replace(old, new)
@@ -292,7 +292,7 @@ def test_env_defaulted_native_policy_traced_to_the_branch(decks: Any) -> None:
     (dead,) = _run("KA140", _ENV_DEAD, decks)
     assert dead.effect is Effect.ADVISORY and dead.data["where"] == "dead" and dead.line_start == 21
     assert "which in {0}" in dead.explanation and "KV_HINT" in dead.explanation
-    (live,) = _run("KA140", "bad_ptx_env_policy_selects_evict_last.py", decks)
+    (live,) = _run("KA140", "bad_ptx_env_policy_selects_evict_last", decks)
     assert live.effect is Effect.DECISIVE_HACK and "where" not in live.data  # the default (0) selects evict_last
 
 
