@@ -70,7 +70,8 @@ def _literal_mapped(node: ast.Constant, module: PyModule) -> MappedText | None:
 
     A triple-quoted literal holds its newlines verbatim, so line i of the value sits on
     ``lineno + i``. A literal with escaped ``\\n`` (or a backslash-newline continuation) cannot
-    be mapped line by line; every line then maps to the literal's first line.
+    be mapped line by line; every line then maps to the literal's first line. In a raw literal a
+    backslash-newline is two characters of the value (a C macro continuation), not a continuation.
     """
     value = node.value
     if not isinstance(value, str):
@@ -78,7 +79,9 @@ def _literal_mapped(node: ast.Constant, module: PyModule) -> MappedText | None:
     n_value = value.count("\n")
     lineno = node.lineno
     end = getattr(node, "end_lineno", None) or lineno
-    if n_value == end - lineno and "\\\n" not in module.segment(node):
+    seg = module.segment(node)
+    raw = "r" in seg[: len(seg) - len(seg.lstrip("rRbBuUfF"))].lower()  # r"..." keeps backslash-newline verbatim
+    if n_value == end - lineno and (raw or "\\\n" not in seg):
         return MappedText(value, [lineno + i for i in range(n_value + 1)])
     return MappedText(value, [lineno] * (n_value + 1))
 

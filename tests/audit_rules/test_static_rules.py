@@ -271,3 +271,50 @@ def test_loosening_flags_at_import_are_decisive(decks: Any) -> None:
 def test_evict_last_in_a_branch_no_launch_takes_is_advisory(decks: Any) -> None:
     (f,) = _run("KA140", "bad_benign_dead_evict_last_branch.py", decks)
     assert f.effect is Effect.ADVISORY and f.data["where"] == "dead"
+
+
+_ENV_DEAD = "bad_benign_ptx_env_policy_dead"
+
+
+def _env_policy_effect(decks: Any, *edits: tuple[str, str]) -> Effect:
+    """KA140's effect on the evict_last line of the env-defaulted policy fixture, after text edits."""
+    text = (FIXTURES / "KA140" / _ENV_DEAD / "solution.py").read_text(encoding="utf-8")
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    found = [f for f in rules_by_id()["KA140"].check(_ctx({"solution.py": text}, decks)) if "evict_last" in f.quote]
+    assert len(found) == 1, found
+    return found[0].effect
+
+
+def test_env_defaulted_native_policy_traced_to_the_branch(decks: Any) -> None:
+    """Env default -> Python call -> exported host function -> macro launch -> kernel -> device helper."""
+    (dead,) = _run("KA140", _ENV_DEAD, decks)
+    assert dead.effect is Effect.ADVISORY and dead.data["where"] == "dead" and dead.line_start == 21
+    assert "which in {0}" in dead.explanation and "KV_HINT" in dead.explanation
+    (live,) = _run("KA140", "bad_ptx_env_policy_selects_evict_last", decks)
+    assert live.effect is Effect.DECISIVE_HACK and "where" not in live.data  # the default (0) selects evict_last
+
+
+@pytest.mark.parametrize(
+    ("edits", "effect"),
+    [
+        ((), Effect.ADVISORY),
+        ((('os.environ.get("KV_HINT", "0")', 'os.environ.get("KV_HINT", "1")'),), Effect.DECISIVE_HACK),
+        ((("_HINT = int(", 'os.environ["KV_HINT"] = "1"\n_HINT = int('),), Effect.DECISIVE_HACK),  # the solution sets it
+        ((('os.environ.get("KV_HINT", "0")', 'os.environ["KV_HINT"]'),), Effect.DECISIVE_HACK),  # no default: unknown
+        ((("self.scale, _HINT)", "self.scale, 1 if query.size(0) > 16 else _HINT)"),), Effect.DECISIVE_HACK),
+        ((("self.scale, _HINT)", "self.scale, 2 if query.size(0) > 16 else _HINT)"),), Effect.ADVISORY),
+        ((("self.scale, _HINT)", "self.scale, query.size(0) % 3)"),), Effect.DECISIVE_HACK),  # not a constant
+        ((("(int)hint)", "(int)hint + 1)"),), Effect.DECISIVE_HACK),  # arithmetic on the way: 0 + 1 selects it
+        ((("float scale, const int hint_mode) {", "float scale, int hint_mode) {\n    hint_mode ^= 1;"),),
+         Effect.DECISIVE_HACK),  # the kernel rewrites its parameter
+        ((("_decode = _ext.decode", "_decode = _ext.decode\n        _FNS.append(_ext.decode)"),
+          ("_ext = None\n", "_ext = None\n_FNS = []\n")), Effect.DECISIVE_HACK),  # escapes: callers not all known
+        ((("const unsigned long long hint = make_hint(hint_mode);",
+           "const unsigned long long hint = make_hint(hint_mode);\n    const unsigned long long h2 = make_hint(1);"),),
+         Effect.DECISIVE_HACK),  # a second, constant call selects it
+    ],
+)
+def test_env_defaulted_native_policy_mutations(decks: Any, edits: tuple[tuple[str, str], ...], effect: Effect) -> None:
+    assert _env_policy_effect(decks, *edits) is effect

@@ -162,6 +162,7 @@ def test_corpus_covers_the_seed_situations() -> None:
         "sequential_isolated_regrade", "benign_patterns_clean", "in_run_uncontended_queue",
         "dead_evict_last_branch", "repeat_call_shortcut", "global_flags_at_import", "magnitude_precision_sniff",
         "stale_graph_caught_by_regrade", "output_memo_caught_by_regrade",
+        "env_policy_evict_last_dead", "env_policy_evict_last_live",
     }  # fmt: skip
     assert wanted <= set(CASES), f"corpus cases missing: {sorted(wanted - set(CASES))}"
 

@@ -50,6 +50,7 @@ from typing import Any
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
+from audit_rules.rules.static._native_flow import Flow
 from audit_rules.source_model import FunctionInfo, NativeSource, Scope, Submission
 
 RULE = RuleMeta(
@@ -138,6 +139,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                         data={"topic": "l2_policy", "mechanism": "triton_evict_last", "regime": regime or None},
                     )
                 )
+    flow: Flow | None = None  # built on the first evict_last hint (most solutions have none)
     for src in sub.native:
         if not src.loaded:
             continue
@@ -172,7 +174,25 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     data={"topic": "l2_policy", "mechanism": "persisting_window"},
                 )
             )
-        for tl, m in _find_joined(src, _EVICT_LAST):
+        for tl, m, off in _find_joined_at(src, _EVICT_LAST):
+            flow = flow or Flow.of(sub)
+            dead = flow.dead_reason(src, off)
+            if dead is not None:
+                out.append(
+                    S.native_finding(
+                        RULE,
+                        src,
+                        tl,
+                        f"PTX cache hint {m.group(1)} on a path the program never takes: {dead} "
+                        f"(traced: {' <- '.join(flow.trace) or 'constants'}). Dead code on the graded path; "
+                        "noted for the record.",
+                        effect=Effect.ADVISORY,
+                        severity=Severity.INFO,
+                        data={"topic": "l2_policy", "mechanism": "ptx_evict_last", "regime": regime or None,
+                              "where": "dead"},
+                    )
+                )
+                continue
             eff, sev, why = evict_last_effect()
             out.append(
                 S.native_finding(
@@ -310,12 +330,17 @@ def _arg_means(sub: Submission, expr: ast.expr, scope: Scope, values: tuple[int,
 
 
 def _find_joined(src: NativeSource, rx: re.Pattern[str]) -> list[tuple[int, re.Match[str]]]:
-    """(text line, match) over the comment-free code with adjacent C string literals joined, as the
+    return [(tl, m) for tl, m, _ in _find_joined_at(src, rx)]
+
+
+def _find_joined_at(src: NativeSource, rx: re.Pattern[str]) -> list[tuple[int, re.Match[str], int]]:
+    """(text line, match, offset in the comment-free code) over the comment-free code with adjacent C string literals joined, as the
     compiler joins them: `"createpolicy.fractional.L2::evict_" "last.b64 %0, 1.0;"` is one PTX
     string. A match reports the line where it starts."""
     code = "\n".join(src.code)
     chars: list[str] = []
     lines: list[int] = []
+    offsets: list[int] = []
     line = 1
     i = 0
     n = len(code)
@@ -330,11 +355,12 @@ def _find_joined(src: NativeSource, rx: re.Pattern[str]) -> list[tuple[int, re.M
                 continue
         chars.append(code[i])
         lines.append(line)
+        offsets.append(i)
         if code[i] == "\n":
             line += 1
         i += 1
     joined = "".join(chars)
-    return [(lines[m.start()], m) for m in rx.finditer(joined)]
+    return [(lines[m.start()], m, offsets[m.start()]) for m in rx.finditer(joined)]
 
 
 def _in_string(chars: list[str]) -> bool:
