@@ -16,6 +16,7 @@ the CLI, the ingest service and the regrade worker call.
 from __future__ import annotations
 
 import ast
+import copy
 import logging
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -59,16 +60,8 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
     deck = _deck_for(decks, problem, prefer)
     if deck is None:
         return None
-    raw: dict[str, Any] = {}
-    if deck.root is not None:
-        path = Path(deck.root) / problem / PROBLEM_YAML
-        if path.is_file():
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-            if isinstance(loaded, dict):
-                raw = loaded
+    raw, check_covers, reference = _deck_problem_files(Path(deck.root) / problem if deck.root is not None else None)
     forbidden = raw.get("forbidden") or []
-    check_py = Path(deck.root) / problem / CHECK_PY if deck.root is not None else None
-    ref_py = Path(deck.root) / problem / "reference.py" if deck.root is not None else None
     return ProblemInfo(
         problem_id=problem,
         deck=deck.name,
@@ -78,9 +71,46 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
         required_framework=raw.get("required_framework"),
         allows_lower_precision=bool(raw.get("allows_lower_precision", False)),
         raw=raw,
-        check_covers_timed_shapes=check_loops_all_shapes(check_py) if check_py is not None else None,
-        reference_source=ref_py.read_text(encoding="utf-8", errors="replace") if ref_py is not None and ref_py.is_file() else None,
+        check_covers_timed_shapes=check_covers,
+        reference_source=reference,
     )
+
+
+# (problem dir, (size, mtime_ns) of each file read) -> what problem_info reads from them. A store
+# of many runs on few problems re-reads and re-parses the same deck files for every run otherwise;
+# keyed on the files' stat, so an edited deck is read again.
+_DECK_FILES_MEMO: dict[tuple[str, tuple[tuple[int, int] | None, ...]], tuple[dict[str, Any], bool | None, str | None]] = {}
+_DECK_FILES_MEMO_MAX = 1024
+
+
+def _stat_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if path.is_file() else None
+
+
+def _deck_problem_files(problem_dir: Path | None) -> tuple[dict[str, Any], bool | None, str | None]:
+    """(problem.yaml as a dict, check_loops_all_shapes(check.py), reference.py text) of a deck problem."""
+    if problem_dir is None:
+        return {}, None, None
+    yaml_path, check_py, ref_py = problem_dir / PROBLEM_YAML, problem_dir / CHECK_PY, problem_dir / "reference.py"
+    key = (str(problem_dir), (_stat_key(yaml_path), _stat_key(check_py), _stat_key(ref_py)))
+    hit = _DECK_FILES_MEMO.get(key)
+    if hit is None:
+        raw: dict[str, Any] = {}
+        if yaml_path.is_file():
+            loaded = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+            if isinstance(loaded, dict):
+                raw = loaded
+        reference = ref_py.read_text(encoding="utf-8", errors="replace") if ref_py.is_file() else None
+        hit = (raw, check_loops_all_shapes(check_py), reference)
+        if len(_DECK_FILES_MEMO) >= _DECK_FILES_MEMO_MAX:
+            _DECK_FILES_MEMO.clear()
+        _DECK_FILES_MEMO[key] = hit
+    raw, check_covers, reference = hit
+    return copy.deepcopy(raw), check_covers, reference  # each audit its own problem.yaml dict
 
 
 def normalize_precision(value: object) -> str | None:
@@ -274,19 +304,23 @@ def audit_context_facts(ctx: AuditContext, findings: Sequence[Finding]) -> dict[
     archive, run = ctx.archive, ctx.run
     framework: str | None = None
     evidence: list[str] = []
+    sub = ctx.submission
+    # the static model's parse of a source, where it parsed exactly that text (no second parse)
+    trees = {m.path: m.tree for m in sub.modules.values() if sub.sources.get(m.path) == m.source} if sub else {}
     try:
         from graders.framework import detect
 
-        rep = detect(solution_sources(archive))
+        rep = detect(sub.sources if sub else solution_sources(archive), trees)
         framework = getattr(rep, "framework", None)
         evidence = list(getattr(rep, "evidence", []) or [])
     except Exception:  # graders.framework is optional for the report
         framework = None
-    sub = ctx.submission
     doc: str | None = None
     if archive.has(SOLUTION):
+        text = archive.read_text(SOLUTION)
+        parsed = sub.modules.get(SOLUTION) if sub else None
         try:
-            doc = ast.get_docstring(ast.parse(archive.read_text(SOLUTION)))
+            doc = ast.get_docstring(parsed.tree if parsed is not None and parsed.source == text else ast.parse(text))
         except SyntaxError:
             doc = None
     kernels = getattr(sub, "triton", None)

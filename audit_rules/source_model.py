@@ -34,6 +34,7 @@ import re
 import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from audit_rules.memo import IdentityMemo
 from graders.runformat import NATIVE_SUFFIXES, PY_SUFFIXES  # noqa: F401  (the run-format facts, re-exported)
@@ -143,6 +144,7 @@ class Scope:
         self.module = module
         self.func = func
         self.assigns: dict[str, list[ast.expr]] = {}
+        self.memo: dict[tuple[str, int, int], Any] = {}  # per-scope answers of pure helpers (rules' _support)
         body: Iterable[ast.AST] = func.node.body if func is not None else module.tree.body
         for stmt in body:
             for node in _walk_no_nested(stmt) if func is not None else _walk_toplevel(stmt):
@@ -266,6 +268,8 @@ class PyModule:
     _scope_cache: dict[int, Scope] = field(default_factory=dict)
     _blines: list[bytes] | None = None
     _self_assigns: dict[str, dict[str, list[tuple[FunctionInfo, ast.expr]]]] = field(default_factory=dict)
+    _main_guards: set[ast.AST] | None = None  # the `if __name__ == "__main__":` nodes (in_main_guard)
+    _in_guard: dict[ast.AST, bool] = field(default_factory=dict)  # node -> in_main_guard(node)
 
     def self_assigns(self, cls: str) -> dict[str, list[tuple[FunctionInfo, ast.expr]]]:
         """attr -> [(method, value)] for every `self.attr = value` in the methods of a class."""
@@ -343,11 +347,34 @@ class PyModule:
         return False
 
     def in_main_guard(self, node: ast.AST) -> bool:
-        """Inside ``if __name__ == "__main__":`` (a self-test the harness never runs)."""
-        for anc in self.ancestors(node):
-            if isinstance(anc, ast.If) and _is_main_guard(anc.test):
-                return True
-        return False
+        """Inside ``if __name__ == "__main__":`` (a self-test the harness never runs).
+
+        Several rules ask this of every node, so the guards are found once per module and each
+        answer is kept for the node and the ancestors walked to reach it (the same answer as
+        walking the ancestors every time, without the quadratic walk)."""
+        guards = self._main_guards
+        if guards is None:
+            guards = {n for n in ast.walk(self.tree) if isinstance(n, ast.If) and _is_main_guard(n.test)}
+            self._main_guards = guards
+        if not guards:
+            return False
+        memo = self._in_guard
+        walked: list[ast.AST] = []
+        cur: ast.AST | None = node
+        result = False
+        while cur is not None:
+            known = memo.get(cur)
+            if known is not None:
+                result = known
+                break
+            walked.append(cur)
+            cur = self.parents.get(cur)
+            if cur is not None and cur in guards:
+                result = True
+                break
+        for n in walked:
+            memo[n] = result
+        return result
 
 
 def _gpu_test(expr: ast.expr) -> bool | None:

@@ -1,7 +1,7 @@
-"""Re-audit benchmark: the 99 real kbh-dev archives, then a store of 1k / 5k / 10k runs.
+"""Re-audit benchmark: the 99 real kbh-dev archives, then a store of 1k / 3k / 10k runs.
 
     python bench/reaudit_bench.py                                  # everything (SQLite)
-    python bench/reaudit_bench.py --sizes 1000,5000,10000 --jobs 1,2 --jobs-at-sizes 2
+    python bench/reaudit_bench.py --sizes 1000,3000,10000 --jobs 1,2 --jobs-at-sizes 2
     python bench/reaudit_bench.py --only real --repeat 3
 
 1. Real: a fresh data dir; the three real KBH decks imported with their harness
@@ -217,7 +217,7 @@ def main() -> int:
     ap.add_argument("--only", choices=("real", "store", "all"), default="all")
     ap.add_argument("--jobs", default="1,2", help="--jobs values for the real archives")
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--sizes", default="1000,5000,10000")
+    ap.add_argument("--sizes", default="1000,3000,10000")
     ap.add_argument("--jobs-at-sizes", default="2", help="--jobs values at each store size")
     ap.add_argument("--jobs1-max-size", type=int, default=1000, help="also --jobs 1 at sizes up to this")
     ap.add_argument("--out", type=Path, default=None, help="append JSON lines here")

@@ -95,11 +95,12 @@ def _resolve(node: ast.AST, aliases: Mapping[str, str]) -> str | None:
     return None
 
 
-def _scan_python(found: dict[str, list[str]], path: str, text: str) -> None:
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return
+def _scan_python(found: dict[str, list[str]], path: str, text: str, tree: ast.Module | None = None) -> None:
+    if tree is None:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return
     lines = text.splitlines()
     consts = string_bindings(tree)
     aliases: dict[str, str] = {}
@@ -133,11 +134,12 @@ def _py_import(found: dict[str, list[str]], path: str, line: int, module: str, l
             return
 
 
-def detect(sources: Mapping[str, str]) -> FrameworkReport:
+def detect(sources: Mapping[str, str], trees: Mapping[str, ast.Module] | None = None) -> FrameworkReport:
+    """`trees`: ast.parse of some of `sources` already at hand (the audit's static model), by path."""
     found: dict[str, list[str]] = {}
     for path, text in sources.items():
         if path.endswith(".py"):
-            _scan_python(found, path, text)
+            _scan_python(found, path, text, (trees or {}).get(path))
         elif path.endswith(".ptx"):
             _add(found, "ptx", path, 1, f"PTX source ({len(text.splitlines())} lines)")
         elif path.endswith(NATIVE_SUFFIXES):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -273,3 +274,17 @@ def test_cpu_regrade_catches_the_stale_cache_example(tmp_path: Path, decks: Any,
     failed = [p for p in v.probes_run if p["status"] == "failed"]
     assert failed and failed[0]["probe"] == "same_storage_overwrite" and failed[0]["smoke"] is True
     assert not v.publish_grade and sys.modules.get("solution") is None  # never imported in-process
+
+
+def test_problem_info_reads_an_edited_deck_again(tmp_path: Path, decks: Any) -> None:
+    deck = next(d for d in decks if d.root is not None and "01_fp8_gemm" in d.problems)
+    root = tmp_path / "deck"
+    shutil.copytree(Path(deck.root) / "01_fp8_gemm", root / "01_fp8_gemm")
+    copy = dataclasses.replace(deck, root=root)
+    first = problem_info([copy], "01_fp8_gemm")
+    assert first is not None and first.regime == "compute"
+    first.raw["regime"] = "changed by a caller"  # each audit gets its own problem.yaml dict
+    yaml_path = root / "01_fp8_gemm" / "problem.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("regime: compute", "regime: memory"))
+    again = problem_info([copy], "01_fp8_gemm")
+    assert again is not None and again.regime == "memory" and again.raw["regime"] == "memory"

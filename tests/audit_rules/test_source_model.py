@@ -242,3 +242,28 @@ def test_sitecustomize_is_analyzed_as_import_time_code() -> None:
         },
     )
     assert set(sub.modules) == {"solution.py", "sitecustomize.py"}
+
+
+def test_in_main_guard_same_answer_in_any_query_order() -> None:
+    src = """
+    import torch
+    def f(x):
+        return x + 1
+    if __name__ == "__main__":
+        y = f(torch.ones(3))
+        if y.sum() > 0:
+            print(y)
+    else:
+        z = 1
+    w = 2
+    """
+    mod = _sub(src).modules["solution.py"]
+    nodes = list(ast.walk(mod.tree))
+    expected = {id(n): any(isinstance(a, ast.If) and ast.unparse(a.test) == "__name__ == '__main__'"
+                           for a in mod.ancestors(n)) for n in nodes}
+    assert sum(expected.values()) > 10  # the guard's body, test and else
+    for order in (nodes, nodes[::-1]):  # the memo is filled from the root down or from the leaves up
+        fresh = _sub(src).modules["solution.py"]
+        by_pos = {id(a): b for a, b in zip(nodes, ast.walk(fresh.tree), strict=True)}
+        assert all(fresh.in_main_guard(by_pos[id(n)]) == expected[id(n)] for n in order)
+    assert not mod.in_main_guard(mod.functions["f"].node.body[0])

@@ -234,9 +234,21 @@ IDENTITY_ATTRS = {
 
 def identity_kinds(expr: ast.AST, scope: Scope, depth: int = 0) -> set[str]:
     """What an expression keys on: data_ptr, id, is, shape, stride, version, ..."""
-    kinds: set[str] = set()
     if depth > 4:
-        return kinds
+        return set()
+    # a pure function of (expr, scope, depth): kept per scope, since a local named N times in an
+    # expression would otherwise expand its definitions N times at every depth (KA101, _caches)
+    key = ("identity_kinds", id(expr), depth)
+    hit = scope.memo.get(key)
+    if hit is not None:
+        return set(hit)
+    kinds = _identity_kinds(expr, scope, depth)
+    scope.memo[key] = frozenset(kinds)
+    return kinds
+
+
+def _identity_kinds(expr: ast.AST, scope: Scope, depth: int) -> set[str]:
+    kinds: set[str] = set()
     for node in ast.walk(expr):
         if isinstance(node, ast.Attribute) and node.attr in IDENTITY_ATTRS:
             kinds.add(IDENTITY_ATTRS[node.attr])
