@@ -90,11 +90,26 @@ def withhold(text: str) -> str:
     return _SOLUTION_TEXT.sub(sub, text)
 
 
+_MISSING_HEADER = re.compile(r"fatal error: [^\s:]+\.(?:h|hh|hpp|hxx|cuh|inl): No such file or directory")
+_INCLUDE_DIR = re.compile(r"(?:^|\s)-I\s*(/[^\s'\"]+)")
+
+
 def classify_infra(text: str) -> str | None:
     """The infra fault a log/traceback shows, if any (first match wins)."""
     for name, pattern in INFRA_PATTERNS:
         if re.search(pattern, text):
             return name
+    # A build that includes headers from an absolute folder the original host had (a CUTLASS
+    # checkout under /workspace/refs, say) and this host lacks: the archive does not carry a
+    # dependency of the solution, so this host cannot rebuild it; not the solution's fault.
+    if _MISSING_HEADER.search(text):
+        absent = [d for d in _INCLUDE_DIR.findall(text) if not Path(d).is_dir()]
+        if absent:
+            return "build_dependency_missing"
+    # Binaries built only for another GPU architecture (a run graded on an sm_120 board, regraded
+    # on sm_90): not runnable here, which says nothing about the solution on its own hardware.
+    if re.search(r"no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice", text):
+        return "kernel_arch_mismatch"
     return None
 
 

@@ -77,6 +77,27 @@ def test_infra_classification_of_logs() -> None:
     assert classify_infra("FAIL: shape 0 (64, 64, 64) seed 42 case nominal: tolerance exceeded") is None
 
 
+def test_a_build_needing_headers_this_host_lacks_is_infra_not_a_failure(tmp_path: Path) -> None:
+    """A real run's load_inline build included a CUTLASS checkout of its original host
+    (-I/workspace/refs/cutlass/include); on a host without it the regrade says so."""
+    from graders.regrade import classify_infra
+
+    def log(include_dir: str) -> str:
+        return (f"FAIL: import error: Error building extension 'w4a16': [1/3] nvcc -O3 -std=c++17 -I{include_dir} "
+                f"-c cuda.cu -o cuda.cuda.o\ncuda.cu:12:10: fatal error: cutlass/gemm/device/gemm.h: No such file "
+                f"or directory\ncompilation terminated.")
+
+    assert classify_infra(log(str(tmp_path / "absent" / "cutlass" / "include"))) == "build_dependency_missing"
+    # the folder exists here: a missing header inside it is the solution's own build error
+    present = tmp_path / "cutlass" / "include"
+    present.mkdir(parents=True)
+    assert classify_infra(log(str(present))) is None
+    # a typo'd include with no foreign folder at all is the solution's bug too
+    assert classify_infra("cuda.cu:3:10: fatal error: mykernel.cuh: No such file or directory") is None
+    assert classify_infra("torch.AcceleratorError: CUDA error: no kernel image is available for execution on the "
+                          "device") == "kernel_arch_mismatch"
+
+
 @pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unusable on this host (the fallback is tested)")
 def test_bwrap_blocks_network_and_foreign_files(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
