@@ -244,11 +244,11 @@ def _judge(state: _State, unpacked: Any, parsed: Any, grade: GradeResult | None,
     return judge(unpacked, parsed, state.decks, grade=grade, other_run_ids=others, rules=state.rules).verdict
 
 
-# Module-level memo dicts of the audit library keyed by id() of one submission's parse (a
-# PyModule / AST node): each entry keeps a whole parsed submission alive, and they are emptied
-# only past 1,000 (50,000 for bodies) entries, so a process that judges run after run grows by
-# ~0.65 MB per run up to ~1 GB. Entries never serve a later run (a new submission each time), so
-# the re-audit worker empties them after every run and stays flat (bench: docs/bench-reaudit.md).
+# Module-level memos of the audit library keyed by identity of one submission's parse (a
+# PyModule / AST node): each entry keeps a parsed submission alive. They are bounded LRUs now
+# (audit_rules/memo.py: at most 128 modules / 4096 bodies), but entries never serve a later run
+# (a new submission each time), so the re-audit worker still empties them after every run and
+# holds no parse beyond the run it judges (bench: docs/bench-reaudit.md).
 _PER_SUBMISSION_MEMOS = (
     ("audit_rules.rules.static._caches", ("_MUTATED", "_STATE", "_CACHE")),
     ("audit_rules.rules.static._support", ("_GLOBALS_CACHE",)),
@@ -259,11 +259,13 @@ _PER_SUBMISSION_MEMOS = (
 def drop_per_submission_memos() -> None:
     import sys
 
+    from audit_rules.memo import IdentityMemo
+
     for module_name, names in _PER_SUBMISSION_MEMOS:
         module = sys.modules.get(module_name)
         for name in names:
             memo = getattr(module, name, None)
-            if isinstance(memo, dict):
+            if isinstance(memo, (dict, IdentityMemo)):
                 memo.clear()
 
 
