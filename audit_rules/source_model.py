@@ -3,8 +3,9 @@
 `build_submission(sources)` takes the text sources of a run (``solution.py`` and every sidecar,
 keyed by archive path) and builds:
 
-* a `PyModule` per Python file that matters: ``solution.py`` and every sidecar it imports
-  (``import kern``, ``from .kern import f``, ``from scratch.kern import f``), with its import alias
+* a `PyModule` per Python file that matters: ``solution.py`` and every sidecar it loads
+  (``import kern``, ``from .kern import f``, ``from scratch.kern import f``; which files and where
+  each import resolves is `graders.sources.source_closure`, shared with the graders), with its import alias
   table (``import torch as t``, ``from torch import cuda as c``), module-level assignments
   (``F = torch.nn.functional``), functions (methods as ``Class.method``), classes and a parent map;
 * the call/reference graph and which functions the entry points reach (``Model.forward`` /
