@@ -3,8 +3,9 @@
 `build_submission(sources)` takes the text sources of a run (``solution.py`` and every sidecar,
 keyed by archive path) and builds:
 
-* a `PyModule` per Python file that matters: ``solution.py`` and every sidecar it imports
-  (``import kern``, ``from .kern import f``, ``from scratch.kern import f``), with its import alias
+* a `PyModule` per Python file that matters: ``solution.py`` and every sidecar it loads
+  (``import kern``, ``from .kern import f``, ``from scratch.kern import f``; which files and where
+  each import resolves is `graders.sources.source_closure`, shared with the graders), with its import alias
   table (``import torch as t``, ``from torch import cuda as c``), module-level assignments
   (``F = torch.nn.functional``), functions (methods as ``Class.method``), classes and a parent map;
 * the call/reference graph and which functions the entry points reach (``Model.forward`` /
@@ -37,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from audit_rules.memo import IdentityMemo
-from graders.runformat import NATIVE_SUFFIXES, PY_SUFFIXES  # noqa: F401  (the run-format facts, re-exported)
+from graders.runformat import NATIVE_SUFFIXES, PY_SUFFIXES  # the run-format facts, re-exported
+from graders.sources import SourceClosure, source_closure
 
 _MAX_DEPTH = 12  # bound on alias / constant-folding recursion (self-referencing assignments)
 
@@ -597,6 +599,7 @@ class Submission:
     unparsable: dict[str, str]  # path -> syntax error message
     native: list[NativeSource]
     triton: list[TritonKernel]
+    closure: SourceClosure | None = None  # the files the submission is made of (graders.sources)
     _reach: Reach | None = None
     _edges: dict[FunctionInfo, list[tuple[FunctionInfo, bool]]] | None = None
     _resolved: dict[tuple[int, int], tuple[ast.expr, list[FunctionInfo]]] = field(default_factory=dict)
@@ -1308,31 +1311,7 @@ def _module_name(path: str) -> str:
     return posixpath.splitext(posixpath.basename(path))[0]
 
 
-def _find_sidecar(sources: dict[str, str], importer: str, dotted: str, level: int) -> str | None:
-    """Archive path of the .py file an import names (sibling, scratch/, package forms)."""
-    if not dotted and level == 0:
-        return None
-    base_dir = posixpath.dirname(importer)
-    rel = dotted.replace(".", "/") if dotted else ""
-    candidates: list[str] = []
-    if level > 0:
-        d = base_dir
-        for _ in range(level - 1):
-            d = posixpath.dirname(d)
-        if rel:
-            candidates += [posixpath.join(d, rel + ".py"), posixpath.join(d, rel, "__init__.py")]
-    else:
-        for d in (base_dir, "", "scratch"):
-            candidates += [posixpath.join(d, rel + ".py"), posixpath.join(d, rel, "__init__.py")]
-        # "from scratch.kern import f" when scratch/ is a package beside solution.py
-    for c in candidates:
-        c = posixpath.normpath(c).lstrip("./") if c else c
-        if c in sources:
-            return c
-    return None
-
-
-def _parse_module(path: str, source: str, sources: dict[str, str]) -> PyModule:
+def _parse_module(path: str, source: str, closure: SourceClosure) -> PyModule:
     tree = ast.parse(source, filename=path)
     mod = PyModule(path=path, name=_module_name(path), source=source, tree=tree, lines=source.splitlines())
     for parent in ast.walk(tree):
@@ -1342,7 +1321,7 @@ def _parse_module(path: str, source: str, sources: dict[str, str]) -> PyModule:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                side = _find_sidecar(sources, path, a.name, 0)
+                side = closure.resolve(path, a.name, 0)
                 if side is not None and side != path:
                     mod.sidecar_alias[a.asname or a.name.split(".")[0]] = (side, None)
                 elif a.asname:
@@ -1352,7 +1331,7 @@ def _parse_module(path: str, source: str, sources: dict[str, str]) -> PyModule:
                     mod.aliases.setdefault(top, top)
         elif isinstance(node, ast.ImportFrom):
             modname = node.module or ""
-            side = _find_sidecar(sources, path, modname, node.level)
+            side = closure.resolve(path, modname, node.level)
             for a in node.names:
                 if a.name == "*":
                     continue
@@ -1360,7 +1339,7 @@ def _parse_module(path: str, source: str, sources: dict[str, str]) -> PyModule:
                 if side is not None and side != path:
                     mod.sidecar_alias[local] = (side, a.name)
                     continue
-                sub = _find_sidecar(sources, path, f"{modname}.{a.name}" if modname else a.name, node.level)
+                sub = closure.resolve(path, f"{modname}.{a.name}" if modname else a.name, node.level)
                 if sub is not None and sub != path:
                     mod.sidecar_alias[local] = (sub, None)
                     continue
@@ -1419,7 +1398,6 @@ _NVRTC_NAMES = {"RawKernel", "RawModule", "nvrtcCreateProgram", "_create_jit_fn"
 
 def _collect_native(sub: Submission) -> None:
     covered: set[tuple[str, int]] = set()
-    referenced_files: set[str] = set()
 
     def add(text: MappedText, origin: str, kind: str, via: str) -> None:
         if not text.text.strip():
@@ -1431,14 +1409,6 @@ def _collect_native(sub: Submission) -> None:
         sub.native.append(NativeSource(origin=origin, kind=kind, via=via, text=text.text, origins=list(text.origins)))
 
     native_paths = [p for p in sub.sources if p.lower().endswith(NATIVE_SUFFIXES)]
-
-    def match_file(name: str) -> str | None:
-        name = name.replace("\\", "/")
-        base = posixpath.basename(name)
-        for p in native_paths:
-            if p == name or p.endswith("/" + name) or posixpath.basename(p) == base:
-                return p
-        return None
 
     for module, func, call, qual in sub.iter_calls():
         scope = module.scope(func)
@@ -1457,16 +1427,6 @@ def _collect_native(sub: Submission) -> None:
                     else:
                         add(item, module.path, kind, "load_inline")
                     covered.add((module.path, item.origins[0]))
-        elif short == "load" and qual and "cpp_extension" in qual or short == "load" and any(
-            k.arg == "sources" for k in call.keywords
-        ):
-            kw = {k.arg: k.value for k in call.keywords if k.arg}
-            srcs = kw.get("sources", call.args[1] if len(call.args) > 1 else None)
-            if srcs is not None:
-                for item in sub.fold_list(srcs, scope) or []:
-                    p = match_file(item.text)
-                    if p:
-                        referenced_files.add(p)
         elif short in _NVRTC_NAMES:
             kw = {k.arg: k.value for k in call.keywords if k.arg}
             code = kw.get("code", kw.get("source", kw.get("src", call.args[0] if call.args else None)))
@@ -1476,46 +1436,29 @@ def _collect_native(sub: Submission) -> None:
                 m = sub.fold(code, scope)
                 if m is not None:
                     add(m, module.path, "cuda", "rawkernel" if short in ("RawKernel", "RawModule") else "nvrtc")
-    # any string constant naming a sidecar file counts as a reference to it; any string that
-    # looks like a kernel and was not captured above is kept too (it reaches a compiler somehow)
+    # any string that looks like a kernel and was not captured above is kept too (it reaches a
+    # compiler somehow)
     for module in sub.modules.values():
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 val = node.value
                 if "\n" not in val and len(val) < 300 and val.lower().endswith(NATIVE_SUFFIXES):
-                    p = match_file(val)
-                    if p:
-                        referenced_files.add(p)
-                elif _looks_like_kernel(val) and (module.path, node.lineno) not in covered:
+                    continue
+                if _looks_like_kernel(val) and (module.path, node.lineno) not in covered:
                     lit = _literal_mapped(node, module)
                     if lit is not None:
                         add(lit, module.path, "cuda", "string")
-    # sidecar files; #include "x.cuh" from a loaded file loads x.cuh
-    files: dict[str, NativeSource] = {}
+    # sidecar files: loaded when the closure holds them (handed to load(), named by a string,
+    # #include'd from a loaded file or an inline source); the others are kept, not loaded
+    part = set(sub.closure.files) if sub.closure is not None else set()
     for p in native_paths:
         text = sub.sources[p]
         kind = "ptx" if p.lower().endswith(".ptx") else ("cuda" if p.lower().endswith((".cu", ".cuh")) else "cpp")
-        files[p] = NativeSource(
-            origin=p, kind=kind, via="file", text=text, origins=list(range(1, text.count("\n") + 2)), loaded=False
+        sub.native.append(
+            NativeSource(
+                origin=p, kind=kind, via="file", text=text, origins=list(range(1, text.count("\n") + 2)), loaded=p in part
+            )
         )
-    inc_rx = re.compile(r'#\s*include\s*"([^"]+)"')
-    stack = [p for p in referenced_files if p in files]
-    for n in sub.native:  # inline sources may include sidecar headers
-        for inc in inc_rx.finditer(n.text):
-            hp = match_file(inc.group(1))
-            if hp:
-                stack.append(hp)
-    while stack:
-        p = stack.pop()
-        f = files[p]
-        if f.loaded:
-            continue
-        f.loaded = True
-        for inc in inc_rx.finditer(f.text):
-            q = match_file(inc.group(1))
-            if q and not files[q].loaded:
-                stack.append(q)
-    sub.native.extend(files.values())
 
 
 def _dtype_short(sub: Submission, expr: ast.expr, scope: Scope) -> str | None:
@@ -1613,29 +1556,28 @@ def _operand_chain(
 
 
 def build_submission(sources: dict[str, str]) -> Submission:
-    """Parse solution.py and the sidecars it imports; collect native sources and Triton kernels."""
+    """Parse solution.py and the sidecars it loads; collect native sources and Triton kernels.
+
+    Which files are part of the submission and where each import resolves is decided by
+    `graders.sources.source_closure`, the definition the graders' forbidden-op scan uses too.
+    `sources` stays the archive's whole text (a rule may look up a data file the solution reads).
+    """
     entry = "solution.py" if "solution.py" in sources else None
     if entry is None:
         roots = sorted(p for p in sources if p.endswith("/solution.py"))
         entry = roots[0] if roots else None
     sub = Submission(sources=dict(sources), entry=entry, modules={}, unparsable={}, native=[], triton=[])
-    todo = [entry] if entry else []
-    # Python imports these by itself at start-up when they sit on sys.path (the problem dir): they
-    # run before the harness, like solution.py's own import-time code.
-    todo += sorted(p for p in sources if posixpath.basename(p) in ("sitecustomize.py", "usercustomize.py"))
-    while todo:
-        path = todo.pop()
-        if path in sub.modules or path in sub.unparsable:
-            continue
-        try:
-            mod = _parse_module(path, sources[path], sources)
-        except (SyntaxError, ValueError) as exc:
-            sub.unparsable[path] = str(exc)
-            continue
-        sub.modules[path] = mod
-        for side, _ in mod.sidecar_alias.values():
-            if side not in sub.modules:
-                todo.append(side)
+    if entry is not None:
+        # scratch/ is on the path: the run had its files beside solution.py (ingest.run.stage_solution).
+        scratch = posixpath.join(posixpath.dirname(entry), "scratch")
+        sub.closure = source_closure(sources, entry, path_dirs=(scratch,))
+        for path in sub.closure.files:
+            if not path.endswith(PY_SUFFIXES):
+                continue
+            try:
+                sub.modules[path] = _parse_module(path, sources[path], sub.closure)
+            except (SyntaxError, ValueError) as exc:
+                sub.unparsable[path] = str(exc)
     _resolve_decorators_and_bases(sub)
     _collect_native(sub)
     _collect_triton(sub)
