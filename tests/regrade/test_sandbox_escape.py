@@ -50,8 +50,12 @@ import json, os, pathlib
 REPORT = {}
 HERE = pathlib.Path(__file__).resolve().parent
 def report(**kw):
+    # atomic: an attack may be killed mid-report (its own kills end the step), and a truncated
+    # report.json must never replace the last whole one
     REPORT.update(kw)
-    (HERE / "report.json").write_text(json.dumps(REPORT))
+    tmp = HERE / "report.json.tmp"
+    tmp.write_text(json.dumps(REPORT))
+    os.replace(tmp, HERE / "report.json")
 '''
 
 ATTACKS: dict[str, str] = {
