@@ -411,17 +411,23 @@ def py_values(flow: Flow, module: PyModule, func: FunctionInfo | None, expr: ast
     if isinstance(expr, ast.Name):
         return _py_name_values(flow, module, func, expr.id, depth)
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" and func is not None and func.cls:
-        assigns = module.self_assigns(func.cls).get(expr.attr, [])
-        if not assigns:
-            return None
-        out: set[Any] = set()
-        for f, value in assigns:
-            vals2 = py_values(flow, module, f, value, depth + 1)
-            if vals2 is None:
-                return None
-            out |= vals2
-        return out
+        assigns: list[tuple[FunctionInfo | None, ast.expr]] = list(module.self_assigns(func.cls).get(expr.attr, []))
+        return _union_values(flow, module, assigns, depth)
     return None
+
+
+def _union_values(flow: Flow, module: PyModule, defs: list[tuple[FunctionInfo | None, ast.expr]],
+                  depth: int) -> set[Any] | None:
+    """Every value the definitions can give; None when there are none or one is not followable."""
+    if not defs:
+        return None
+    out: set[Any] = set()
+    for where, value in defs:
+        vals = py_values(flow, module, where, value, depth + 1)
+        if vals is None:
+            return None
+        out |= vals
+    return out
 
 
 def _py_name_values(flow: Flow, module: PyModule, func: FunctionInfo | None, name: str, depth: int) -> set[Any] | None:
@@ -438,15 +444,7 @@ def _py_name_values(flow: Flow, module: PyModule, func: FunctionInfo | None, nam
         for f in module.functions.values():  # `global X; X = ...` inside a function
             if flow.declares_global(f, name):
                 defs += [(f, v) for v in module.scope(f).values_of(name)]
-    if not defs:
-        return None
-    out: set[Any] = set()
-    for where, v in defs:
-        vals = py_values(flow, module, where, v, depth + 1)
-        if vals is None:
-            return None
-        out |= vals
-    return out
+    return _union_values(flow, module, defs, depth)
 
 
 def _is_environ(sub: Submission, module: PyModule, func: FunctionInfo | None, expr: ast.expr) -> bool:
