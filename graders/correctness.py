@@ -418,39 +418,49 @@ def verify_recorded(problem_dir: Path, record_dir: Path, *, device: str, shapes:
     spec = load_problem(Path(problem_dir))
     lines: list[str] = []
     n = 0
+    cases: list[StressCase | None] = [None, *spec.numeric_stress]
     try:
-        for si, shape, seed, case in _grid(spec, shapes, seeds):
+        for si, shape in enumerate(spec.shape_list(shapes)):
             spec.apply_shape(shape)
-            name = case.name if case else "nominal"
-            where = _Where(si, shape, seed, name)
-            torch.manual_seed(seed)
-            init = list(spec.reference.get_init_inputs())
-            with spec.draw_context(device):
-                ref = spec.model_class(*init).to(device).eval()
-            inputs = _model_inputs(spec, seed, device)
-            if case is not None:
-                for pos, factor in case.scale_inputs.items():
-                    _scale_(inputs[pos], factor)
-                for sname, factor in case.scale_state.items():
-                    _scale_(_state_tensor(ref, sname), factor)
-            x0 = inputs[0].clone() if inputs and isinstance(inputs[0], torch.Tensor) else None
-            with torch.no_grad():
-                ref_out = ref(*inputs)
-            refs = list(ref_out) if isinstance(ref_out, (tuple, list)) else [ref_out]
-            expect = sum(r.numel() * r.element_size() for r in refs if isinstance(r, torch.Tensor))
-            try:
-                got = load_record(Path(record_dir) / f"{record_key(si, seed, case)}.out", expect)
-            except _Fail as f:
-                raise _Fail(where.fail(f.line)) from None
-            except (ValueError, KeyError, TypeError) as exc:
-                raise _Fail(where.fail(f"recorded output unreadable: {_one_line(exc)}")) from None
-            if isinstance(got, str):
-                raise _Fail(where.fail(f"output is {got.strip('<>')}, not a plain torch.Tensor"))
-            got = [g.to(r.device) if isinstance(r, torch.Tensor) else g for g, r in zip(got, refs, strict=False)] \
-                if isinstance(got, list) else got.to(ref_out.device)
-            compare_output(got, ref_out, case.tolerance if case else spec.tolerance, spec.output, where, x0)
-            n += 1
-            del ref, inputs, ref_out, got
+            for seed in seeds:
+                # one reference model and one input draw per (shape, seed), as the solution's
+                # process does (_import_and_run); a case that scales state gets the base back
+                torch.manual_seed(seed)
+                init = list(spec.reference.get_init_inputs())
+                with spec.draw_context(device):
+                    ref = spec.model_class(*init).to(device).eval()
+                base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
+                draws = _Draws(spec, seed, device)
+                for case in cases:
+                    name = case.name if case else "nominal"
+                    where = _Where(si, shape, seed, name)
+                    inputs = draws.take()
+                    if case is not None:
+                        for pos, factor in case.scale_inputs.items():
+                            _scale_(inputs[pos], factor)
+                        for sname, factor in case.scale_state.items():
+                            _scale_(_state_tensor(ref, sname), factor)
+                    x0 = inputs[0].clone() if inputs and isinstance(inputs[0], torch.Tensor) else None
+                    with torch.no_grad():
+                        ref_out = ref(*inputs)
+                    if case is not None and case.scale_state:
+                        ref.load_state_dict(base, strict=True)
+                    refs = list(ref_out) if isinstance(ref_out, (tuple, list)) else [ref_out]
+                    expect = sum(r.numel() * r.element_size() for r in refs if isinstance(r, torch.Tensor))
+                    try:
+                        got = load_record(Path(record_dir) / f"{record_key(si, seed, case)}.out", expect)
+                    except _Fail as f:
+                        raise _Fail(where.fail(f.line)) from None
+                    except (ValueError, KeyError, TypeError) as exc:
+                        raise _Fail(where.fail(f"recorded output unreadable: {_one_line(exc)}")) from None
+                    if isinstance(got, str):
+                        raise _Fail(where.fail(f"output is {got.strip('<>')}, not a plain torch.Tensor"))
+                    got = [g.to(r.device) if isinstance(r, torch.Tensor) else g
+                           for g, r in zip(got, refs, strict=False)] if isinstance(got, list) else got.to(ref_out.device)
+                    compare_output(got, ref_out, case.tolerance if case else spec.tolerance, spec.output, where, x0)
+                    n += 1
+                    del inputs, ref_out, got
+                del ref, base, draws
     except _Fail as f:
         lines.append(f.line)
         return {"passed": False, "lines": lines, "cases": n}
@@ -491,6 +501,48 @@ def _model_inputs(spec: ProblemSpec, seed: int, device: str) -> list[Any]:
     with spec.draw_context(device):
         inputs = list(spec.reference.get_inputs())
     return _to_device(inputs, device)
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def _clone_keeps_layout(t: torch.Tensor) -> bool:
+    """A clone is the same tensor as a fresh draw: same strides, offset 0, storage exactly its data
+    (a drawn view into a larger buffer, or an expanded tensor, is not cloned that way)."""
+    return (t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+            and t.clone().stride() == t.stride())
+
+
+class _Draws:
+    """The inputs of one (shape, seed), drawn from the deck once.
+
+    Every case of that (shape, seed) used to redraw them from the reseeded generator, which gives
+    the same values each time and is the dominant cost where a deck draws big inputs on the CPU
+    (a KBH deck, as its check.py does). `take()` gives each case a fresh clone of the pristine
+    draw AND leaves the global generators where a fresh draw would have left them, so whatever the
+    solution or the reference draws afterwards is bit for bit what it was. Inputs whose layout a
+    clone would not keep (views into larger buffers) are redrawn per case, as before."""
+
+    def __init__(self, spec: ProblemSpec, seed: int, device: str) -> None:
+        self.spec, self.seed, self.device = spec, seed, device
+        self.pristine: list[Any] | None = _model_inputs(spec, seed, device)
+        self.rng = _rng_state()
+        if not all(_clone_keeps_layout(x) for x in self.pristine if isinstance(x, torch.Tensor)):
+            self.pristine = None
+
+    def take(self) -> list[Any]:
+        if self.pristine is None:
+            return _model_inputs(self.spec, self.seed, self.device)
+        _set_rng_state(self.rng)
+        return _clone(self.pristine)
 
 
 
@@ -813,6 +865,7 @@ def _import_and_run(
             for seed in seeds:
                 ref, sol = runner.build(si, seed, _Where(si, shape, seed, "nominal"))
                 base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
+                draws = _Draws(spec, seed, device)
                 for case in cases:
                     name = case.name if case else "nominal"
                     where = _Where(si, shape, seed, name)
@@ -820,7 +873,7 @@ def _import_and_run(
                         ref.load_state_dict(base, strict=True)
                         with _solution_stdout():
                             sol.load_state_dict(base, strict=True)
-                    inputs = _model_inputs(spec, seed, device)
+                    inputs = draws.take()
                     if case is not None:
                         runner.scale_case(ref, sol, inputs, case, where)
                     key = record_key(si, seed, case)
@@ -831,7 +884,7 @@ def _import_and_run(
                         ref.load_state_dict(base, strict=True)
                         with _solution_stdout():
                             sol.load_state_dict(base, strict=True)
-                del ref, sol, base
+                del ref, sol, base, draws
 
         # -- property plan ----------------------------------------------------------------------
         if spec.has_property_cases and pseed is not None:

@@ -104,16 +104,40 @@ def _dtype_max(dtype: torch.dtype) -> float:
         return 3.0e38
 
 
-def _scale_of(t: torch.Tensor) -> float:
-    m = float(t.detach().float().abs().max().item()) if t.numel() else 0.0
-    return m / 3.0 if m > 0 and math.isfinite(m) else 1.0
+_POOL_MAX = 1 << 20
 
 
-def _random_like(shape: Sequence[int], dtype: torch.dtype, scale: float, seed: int, device: torch.device) -> torch.Tensor:
+def _pool_of(t: torch.Tensor) -> torch.Tensor:
+    """The input's own values (finite ones, float64 on the CPU): what every rewrite draws from.
+
+    A rewrite must stay inside the deck's input domain: a log-decay gate kept small and mostly
+    negative, a sigmoid-ed beta kept in (0, 1), a softmax-ed router kept non-negative. Gaussian noise at the
+    input's scale leaves such domains (positive gates make KDA's cumulative decay overflow, and a
+    comparison of two astronomically large outputs says nothing about staleness); values resampled
+    from the tensor itself keep its range and its distribution, element for element."""
+    flat = t.detach().reshape(-1)
+    if flat.numel() > _POOL_MAX:  # a fixed random subsample: the same on both sides, bounded memory
+        g = torch.Generator(device="cpu").manual_seed(_POOL_MAX)
+        idx = torch.randint(0, flat.numel(), (_POOL_MAX,), generator=g).to(flat.device)
+        flat = _bits(flat)[idx].view(flat.dtype)  # through the bit view: fp8 has no index kernel
+    flat = flat.to("cpu").float().double()
+    flat = flat[torch.isfinite(flat)]
+    return flat if flat.numel() else torch.zeros(1, dtype=torch.float64)
+
+
+def _resample(pool: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, seed: int,
+              device: torch.device) -> torch.Tensor:
     g = torch.Generator(device="cpu").manual_seed(seed)
-    v = torch.randn(tuple(shape), generator=g) * scale
-    lim = _dtype_max(dtype)
-    return v.clamp(-lim, lim).to(dtype).to(device)
+    n = math.prod(shape) if len(shape) else 1
+    idx = torch.randint(0, pool.numel(), (n,), generator=g)
+    return pool[idx].reshape(tuple(shape)).to(dtype).to(device)
+
+
+def _extremes(pool: torch.Tensor, count: int, seed: int) -> torch.Tensor:
+    """`count` of the input's own largest-magnitude values (sign kept), picked at random."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    top = pool.abs().topk(min(pool.numel(), max(64, count))).indices
+    return pool[top[torch.randint(0, top.numel(), (count,), generator=g)]]
 
 
 def _write(t: torch.Tensor, index: Any, values: torch.Tensor, bump: bool) -> None:
@@ -128,14 +152,17 @@ def _write(t: torch.Tensor, index: Any, values: torch.Tensor, bump: bool) -> Non
 def overwrite_plan(inputs: Sequence[Any], base_seed: int) -> list[dict[str, Any]]:
     """The input half of the grader's contract (docs/regrade.md, "The grader's contract").
 
-    Same-storage rewrites of the input objects the solution has already seen: (a) fresh data
-    everywhere, (b) one row (first and last), (c) scattered large elements; each once through an
-    ordinary in-place op that bumps `_version` and once through a raw alias (same storage, same
-    data_ptr, version NOT bumped: the field's property stress does this). Last, (d) fresh tensors:
-    the inputs replaced by new tensor objects (new storage) holding new data."""
+    Same-storage rewrites of the input objects the solution has already seen: (a) new data
+    everywhere, (b) one row (first and last), (c) a few scattered elements set to the input's own
+    extreme values; each once through an ordinary in-place op that bumps `_version` and once
+    through a raw alias (same storage, same data_ptr, version NOT bumped: the field's property
+    stress does this). Last, (d) fresh tensors: the inputs replaced by new tensor objects (new
+    storage) holding new data. Every new value is resampled from the input's own values as the
+    deck drew them (`_pool_of`), so no rewrite leaves the deck's input domain."""
     float_idx = [i for i, t in enumerate(inputs) if is_float(t) and t.numel() > 0]
     if not float_idx:
         return []
+    pools = {i: _pool_of(inputs[i]) for i in float_idx}  # taken once, before any rewrite
     first = float_idx[0]
     rows = inputs[first].shape[0] if inputs[first].dim() >= 1 else 1
     steps: list[dict[str, Any]] = []
@@ -143,20 +170,19 @@ def overwrite_plan(inputs: Sequence[Any], base_seed: int) -> list[dict[str, Any]
     for bump in (True, False):
         seed += 1
         steps.append({"name": f"full_{'bump' if bump else 'raw'}", "kind": "full", "inputs": float_idx,
-                      "seed": seed, "bump": bump})
+                      "seed": seed, "bump": bump, "pools": pools})
     for row in sorted({0, rows - 1}):
         for bump in (True, False):
             seed += 1
             steps.append({"name": f"row{row}_{'bump' if bump else 'raw'}", "kind": "row", "input": first,
-                          "row": row, "seed": seed, "bump": bump})
+                          "row": row, "seed": seed, "bump": bump, "pools": pools})
     for bump in (True, False):
         seed += 1
         steps.append({"name": f"scatter_{'bump' if bump else 'raw'}", "kind": "scatter", "inputs": float_idx,
-                      "count": 8, "seed": seed, "bump": bump})
+                      "count": 8, "seed": seed, "bump": bump, "pools": pools})
     seed += 1
-    # at the inputs' original scale (the scatter steps above left 12x elements behind)
     steps.append({"name": "fresh_tensor", "kind": "fresh", "inputs": float_idx, "seed": seed, "bump": True,
-                  "scales": {i: _scale_of(inputs[i]) for i in float_idx}})
+                  "pools": pools})
     return steps
 
 
@@ -167,28 +193,25 @@ def apply_mutation(inputs: list[Any], step: dict[str, Any]) -> dict[str, Any]:
     before = {i: (inputs[i].data_ptr(), inputs[i]._version) for i in touched}
     for n, i in enumerate(touched):
         t: torch.Tensor = inputs[i]
-        scale = _scale_of(t)
+        pool: torch.Tensor = step["pools"][i]
         seed = int(step["seed"]) * 131 + n
         if kind == "fresh":  # a new tensor object on new storage: nothing of the old one survives
-            scale = float(step["scales"][i])
-            inputs[i] = _random_like(t.shape, t.dtype, scale, seed, t.device).contiguous()
+            inputs[i] = _resample(pool, t.shape, t.dtype, seed, t.device).contiguous()
         elif kind == "full":
-            _write(t, None, _random_like(t.shape, t.dtype, scale, seed, t.device), step["bump"])
+            _write(t, None, _resample(pool, t.shape, t.dtype, seed, t.device), step["bump"])
         elif kind == "row":
             if t.dim() == 0:
-                _write(t, None, _random_like((), t.dtype, scale, seed, t.device), step["bump"])
+                _write(t, None, _resample(pool, (), t.dtype, seed, t.device), step["bump"])
             else:
                 row = int(step["row"])
-                vals = _random_like(t.shape[1:], t.dtype, scale, seed, t.device)
+                vals = _resample(pool, t.shape[1:], t.dtype, seed, t.device)
                 _write(t, (torch.tensor([row], device=t.device),), vals.unsqueeze(0), step["bump"])
         elif kind == "scatter":
             g = torch.Generator(device="cpu").manual_seed(seed)
             count = min(int(step["count"]), t.numel())
             flat = torch.randperm(t.numel(), generator=g)[:count]
             idx = tuple(ix.to(t.device) for ix in torch.unravel_index(flat, t.shape)) if t.dim() else None
-            signs = torch.where(torch.rand(count, generator=g) < 0.5, -1.0, 1.0)
-            big = min(scale * 12.0, _dtype_max(t.dtype) / 2)
-            vals = (signs * big).to(t.dtype).to(t.device)
+            vals = _extremes(pool, count, seed).to(t.dtype).to(t.device)
             _write(t, idx, vals if idx is not None else vals[0], step["bump"])
         else:
             raise ValueError(f"unknown mutation kind {kind}")
@@ -346,6 +369,12 @@ def max_change(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
             d = (x.double() - y.double()).abs()
             worst = max(worst, float(torch.nan_to_num(d, nan=float("inf")).max().item()))
     return worst
+
+
+def all_finite(outs: Sequence[torch.Tensor]) -> bool:
+    """Every floating element of every output is finite."""
+    return all(bool(torch.isfinite(o.float()).all()) for o in outs
+               if o.numel() and (o.is_floating_point() or "float8" in str(o.dtype)))
 
 
 def changed_beyond(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], atol: float, rtol: float) -> int:

@@ -92,17 +92,20 @@ class Verifier:
                 "total": res["total"],
                 "ref_change": C.max_change(prev_ref, ref),
                 "solution_change": C.max_change(prev_sol, sol),
-                "informative": C.changed_beyond(prev_ref, ref, self.atol, self.rtol) > 0,
+                # a reference that is no longer finite means the rewrite left the deck's domain:
+                # the comparison then says nothing about staleness, and the step is not judged
+                "judged": C.all_finite(ref),
             }
+            row["informative"] = row["judged"] and C.changed_beyond(prev_ref, ref, self.atol, self.rtol) > 0
             fact: dict[str, Any] = next((f for f in facts.get("steps", []) if f.get("step") == step["name"]), {})
             row["same_data_ptr"] = fact.get("same_data_ptr")
             row["version_bumped"] = fact.get("version_bumped")
             steps.append(row)
-            if not res["ok"] and worst is None:
+            if _missed(row) and worst is None:
                 worst = row
             prev_ref, prev_sol = ref, sol
         nums: dict[str, Any] = {"steps": steps, "raw_rewrites_in_contract": self.spec.raw_input_rewrites_in_contract}
-        failing = [s for s in steps if not s["ok"]]
+        failing = [s for s in steps if _missed(s)]
         if worst and version_keyed_only(steps) and not self.spec.raw_input_rewrites_in_contract:
             # stale only behind the version counter, which this deck's grader never does: a cache
             # keyed on (identity/data_ptr, _version), inside the contract; notable, not a failure
@@ -119,9 +122,14 @@ class Verifier:
                     f"{worst['bad']:,}/{worst['total']:,} elements out of tolerance, "
                     f"max_abs_diff={worst['max_abs_diff']:.4g}", nums)
         informative = sum(1 for s in steps if s["informative"])
+        unjudged = sum(1 for s in steps if not s["judged"])
+        if informative == 0:
+            return (ProbeStatus.NOT_APPLICABLE, f"none of {len(steps)} input changes moved a finite reference beyond "
+                    f"tolerance ({unjudged} left it non-finite): this deck's outputs cannot show a stale result", nums)
+        skipped = f"; {unjudged} left the reference non-finite and were not judged" if unjudged else ""
         return (ProbeStatus.PASSED, f"{len(steps)} input changes (same-pointer rewrites with and without a version "
-                f"bump, fresh tensors; {informative} moved the reference beyond tolerance): every output changed "
-                f"and matched the reference", nums)
+                f"bump, fresh tensors; {informative} moved the reference beyond tolerance{skipped}): every judged "
+                f"output changed and matched the reference", nums)
 
     def weight_mutation(self, si: int, shape: dict[str, Any]) -> Outcome:
         case = C.build_case(self.spec, shape, S.WEIGHT, self.device)
@@ -351,8 +359,13 @@ class Verifier:
 def version_keyed_only(steps: list[dict[str, Any]]) -> bool:
     """True when the only input changes the solution missed were raw rewrites keeping data_ptr and
     `_version` (every version-bumping rewrite and fresh tensor was reflected)."""
-    failing = [s for s in steps if not s["ok"]]
+    failing = [s for s in steps if _missed(s)]
     return bool(failing) and all(s.get("same_data_ptr") and s.get("version_bumped") is False for s in failing)
+
+
+def _missed(row: dict[str, Any]) -> bool:
+    """A judged step whose output disagreed with the reference."""
+    return not row["ok"] and bool(row.get("judged", True))
 
 
 def _how(row: dict[str, Any]) -> str:

@@ -79,6 +79,47 @@ def test_input_plan_covers_bumped_raw_rows_scatter_and_fresh_tensors() -> None:
     assert case.inputs[0] is not original
 
 
+KDA = Path(__file__).resolve().parents[2].parent / "shared" / "kbh-upstream" / "hard" / "problems-h100" / "02_kda_cutlass"
+
+
+@pytest.mark.skipif(not KDA.is_dir(), reason="needs ../shared/kbh-upstream")
+def test_input_rewrites_stay_in_the_decks_domain_on_the_real_kda_deck() -> None:
+    """KDA's log-decay gate is small and mostly negative and beta is a sigmoid: Gaussian noise at
+    the inputs' scale (the probe's old rewrite) made this reference's output ~2e6x larger at
+    T=512 (8e11 at the H200 run's T=2048), where no comparison says anything about staleness.
+    Values resampled from each input keep its range, and the reference stays at its scale."""
+    spec = load_problem(KDA)
+    case = C.build_case(spec, {"B": 1, "T": 512, "H": 2, "K": 128, "V": 128, "CHUNK_SIZE": 64}, 1101, "cpu")
+    lo = [float(t.float().min()) if C.is_float(t) else None for t in case.inputs]
+    hi = [float(t.float().max()) if C.is_float(t) else None for t in case.inputs]
+    with torch.no_grad():
+        base = float(case.ref_model(*case.inputs).float().abs().max())
+    plan = C.overwrite_plan(case.inputs, 1101)
+    assert len(plan) >= 7
+    for step in plan:
+        C.apply_mutation(case.inputs, step)
+        for i, t in enumerate(case.inputs):
+            if lo[i] is not None:
+                assert lo[i] <= float(t.float().min()) and float(t.float().max()) <= hi[i], (step["name"], i)
+        beta = case.inputs[4].float()
+        assert bool(((beta > 0) & (beta < 1)).all()), step["name"]
+        with torch.no_grad():
+            out = case.ref_model(*case.inputs).float()
+        assert C.all_finite([out]) and float(out.abs().max()) < 4 * base, (step["name"], float(out.abs().max()))
+
+
+def test_a_step_whose_reference_left_the_finite_range_is_not_judged() -> None:
+    from graders.probes.verify import _missed, version_keyed_only
+
+    diverged = {"ok": False, "judged": False, "same_data_ptr": True, "version_bumped": True}
+    raw_miss = {"ok": False, "judged": True, "same_data_ptr": True, "version_bumped": False}
+    assert not _missed(diverged) and _missed(raw_miss)
+    assert version_keyed_only([diverged, raw_miss])  # the unjudged bumped step is no evidence either way
+    assert not version_keyed_only([diverged])
+    assert C.all_finite([torch.ones(3)]) and not C.all_finite([torch.tensor([1.0, float("inf")])])
+    assert C.all_finite([torch.arange(3)])  # integer outputs are finite by construction
+
+
 # ---------------------------------------------------------------------------------------------
 # Real regrades (sandboxed check, benchmark, untrusted runner, trusted verifier)
 
