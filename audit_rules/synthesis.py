@@ -275,8 +275,14 @@ def _forged_check(grade: GradeResult | None) -> str | None:
     verified = extra.get("check_verified")
     verified = verified if isinstance(verified, dict) else {}
     refuted = str(verified.get("refuted") or last_fail_line(grade.check_lines) or "?")
+    how = {
+        "reference_shifted": " (the reference computed in the solution's process differs from the verifier's beyond "
+                             "tolerance: something there, such as a global numerics flag, shifted the reference)",
+        "compare_subverted": " (the solution's process's own recorded reference refutes the output too: its "
+                             "comparison was subverted)",
+    }.get(str(verified.get("refuted_kind") or ""), "")
     return ("forged check: the solution's process reported PASS but kaudit's verifier (the reference computed "
-            f"in a process that never imported the solution) refutes it: {refuted[:240]}")
+            f"in a process that never imported the solution) refutes it{how}: {refuted[:240]}")
 
 
 def _in_run_passed(run: ParsedRun) -> bool:

@@ -58,6 +58,7 @@ from graders.problem import (
     load_problem,
     shape_desc,
 )
+from graders.results import REFUTED_FORGED, REFUTED_REF_SHIFT, REFUTED_UNEXPLAINED, REFUTED_UNSTABLE
 from graders.sources import add_loaded_modules, collect_sources
 
 SMOKE_LINE = "smoke: cpu interpreter run, never publish-grade"
@@ -405,6 +406,10 @@ def _grid(spec: ProblemSpec, shapes: str, seeds: Sequence[int]) -> list[tuple[in
             for case in cases]
 
 
+REF_SUFFIX = ".ref"  # `<key>.ref.out`: the reference output as the solution's process computed it
+
+
+
 def record_key(si: int, seed: int, case: StressCase | None) -> str:
     name = case.name if case else "nominal"
     safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
@@ -457,7 +462,17 @@ def verify_recorded(problem_dir: Path, record_dir: Path, *, device: str, shapes:
                         raise _Fail(where.fail(f"output is {got.strip('<>')}, not a plain torch.Tensor"))
                     got = [g.to(r.device) if isinstance(r, torch.Tensor) else g
                            for g, r in zip(got, refs, strict=False)] if isinstance(got, list) else got.to(ref_out.device)
-                    compare_output(got, ref_out, case.tolerance if case else spec.tolerance, spec.output, where, x0)
+                    tol = case.tolerance if case else spec.tolerance
+                    try:
+                        compare_output(got, ref_out, tol, spec.output, where, x0)
+                    except _Fail as f:
+                        def again(_ref: Any = ref, _inputs: list[Any] = inputs) -> Any:
+                            with torch.no_grad():
+                                return _ref(*_clone(_inputs))
+
+                        kind = _why_refuted(Path(record_dir) / f"{record_key(si, seed, case)}{REF_SUFFIX}.out",
+                                            got, ref_out, refs, expect, tol, spec.output, where, x0, again)
+                        return {"passed": False, "lines": [*lines, f.line], "cases": n, "refuted": kind}
                     n += 1
                     del inputs, ref_out, got
                 del ref, base, draws
@@ -470,6 +485,55 @@ def verify_recorded(problem_dir: Path, record_dir: Path, *, device: str, shapes:
 
 # ---------------------------------------------------------------------------------------------
 # Model construction, inputs, stress
+
+
+def _why_refuted(path: Path, got: Any, ref_out: Any, refs: list[Any], expect: int, tol: Tolerance, kind: str,
+                 where: _Where, x0: torch.Tensor | None, recompute: Callable[[], Any]) -> str:
+    """Why the solution's process said PASS over an output the verifier refutes, read from the
+    reference that process recorded for the case (never trusted for the verdict itself).
+
+    Its output out of tolerance of its own reference too: its comparison lied. Its reference out of
+    tolerance of the verifier's: something in that process shifted the reference. The two references
+    within tolerance of each other: the verifier computes its reference again; a reference that
+    reproduces bit for bit here was still different there (a small deliberate shift, which let a
+    marginal output through), and only one that does not reproduce is unstable."""
+    try:
+        theirs = load_record(path, expect)
+    except (_Fail, ValueError, KeyError, TypeError, OSError):
+        return REFUTED_UNEXPLAINED
+    if isinstance(theirs, str):
+        return REFUTED_UNEXPLAINED
+    theirs = [t.to(r.device) if isinstance(r, torch.Tensor) else t for t, r in zip(theirs, refs, strict=False)] \
+        if isinstance(theirs, list) else theirs.to(ref_out.device)
+    try:
+        compare_output(got, theirs, tol, kind, where, x0)
+    except _Fail:
+        return REFUTED_FORGED  # its own reference refutes the output too: its comparison lied
+    try:
+        compare_output(theirs, ref_out, tol, "tensor" if kind != "topk" else kind, where, x0)
+    except _Fail:
+        return REFUTED_REF_SHIFT  # something in that process changed what the reference computes
+    if _bit_equal(recompute(), ref_out):
+        return REFUTED_REF_SHIFT
+    return REFUTED_UNSTABLE
+
+
+def _bit_equal(a: Any, b: Any) -> bool:
+    xs = list(a) if isinstance(a, (tuple, list)) else [a]
+    ys = list(b) if isinstance(b, (tuple, list)) else [b]
+    if len(xs) != len(ys):
+        return False
+    for x, y in zip(xs, ys, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return False
+            bx = x.contiguous().view(torch.uint8) if x.numel() else x
+            by = y.contiguous().view(torch.uint8) if y.numel() else y
+            if not torch.equal(bx, by):
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def _to_device(inputs: Sequence[Any], device: str) -> list[Any]:
@@ -589,7 +653,7 @@ class _Runner:
 
     def run_pair(
         self, ref: torch.nn.Module, sol: torch.nn.Module, inputs: list[Any], where: _Where,
-        record: Callable[[Any], None] | None = None,
+        record: Callable[[Any], None] | None = None, record_ref: Callable[[Any], None] | None = None,
     ) -> tuple[Any, Any, torch.Tensor | None]:
         ref_inputs = _clone(inputs)
         x0 = ref_inputs[0].clone() if ref_inputs and isinstance(ref_inputs[0], torch.Tensor) else None
@@ -600,6 +664,10 @@ class _Runner:
             record(out)
         with torch.no_grad():
             ref_out = ref(*ref_inputs)
+        if record_ref is not None:
+            # the reference as THIS process computed it: not trusted for the verdict (the verifier
+            # computes its own), only to tell why the two processes disagree (verify_recorded)
+            record_ref(ref_out)
         return out, ref_out, x0
 
     def call(self, sol: torch.nn.Module, inputs: list[Any], where: _Where) -> Any:
@@ -878,7 +946,9 @@ def _import_and_run(
                         runner.scale_case(ref, sol, inputs, case, where)
                     key = record_key(si, seed, case)
                     rec = (lambda o, _k=key: recorder.record(_k, o)) if recorder is not None else None  # type: ignore[union-attr]
-                    o, r, x0 = runner.run_pair(ref, sol, inputs, where, rec)
+                    rec_ref = (lambda o, _k=key: recorder.record(f"{_k}{REF_SUFFIX}", o)) \
+                        if recorder is not None else None  # type: ignore[union-attr]
+                    o, r, x0 = runner.run_pair(ref, sol, inputs, where, rec, rec_ref)
                     compare_output(o, r, case.tolerance if case else spec.tolerance, spec.output, where, x0)
                     if case is not None and case.scale_state:
                         ref.load_state_dict(base, strict=True)

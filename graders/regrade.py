@@ -32,6 +32,10 @@ from graders.decks import DeckTampered
 from graders.gpu_lock import LockConfig, LockHandle, LockTimeout
 from graders.official import OfficialResult
 from graders.results import (
+    REFUTED_FORGED,
+    REFUTED_REF_SHIFT,
+    REFUTED_UNEXPLAINED,
+    REFUTED_UNSTABLE,
     GradeResult,
     ProbeResult,
     ProbeStatus,
@@ -586,10 +590,24 @@ def _verify_check(run: _Run, sb: Sandbox, params: dict[str, Any], check_lines: l
         return _infra(run, classify_infra(text) or "grader_error", f"check verifier: {res.error}: {res.detail}",
                       check_lines)
     lines = list(res.result.get("lines") or [])
-    run.extra["check_verified"] = {"cases": res.result.get("cases"), "refuted": lines[-1] if lines else ""}
+    why = str(res.result.get("refuted") or REFUTED_UNEXPLAINED)
+    run.extra["check_verified"] = {"cases": res.result.get("cases"), "refuted": lines[-1] if lines else "",
+                                   "refuted_kind": why}
+    if why == REFUTED_UNSTABLE:
+        # both references agree within tolerance and the output lies between them: the deck's
+        # reference is not reproducible across processes at this output's margin. Neither a
+        # forgery nor a fault kaudit can pin on the solution: the regrade says it could not decide.
+        return _infra(run, "reference_unstable",
+                      "the solution's output matched its own process's reference but not the verifier's, and the "
+                      f"two references differ by less than the tolerance: {lines[-1] if lines else '?'}", check_lines)
     run.extra["check_forged"] = True
+    cause = {REFUTED_FORGED: "its own reference (recorded beside the output) refutes the output too, so its "
+                             "comparison was subverted",
+             REFUTED_REF_SHIFT: "the reference that process computed differs from the verifier's beyond tolerance, so "
+                                "something in it (a global numerics flag, a patched reference) shifted the reference",
+             REFUTED_UNEXPLAINED: "that process left no readable reference record"}.get(why, why)
     detail = ("the solution's process reported PASS but the verifier (reference computed in a process that never "
-              f"imported the solution) refutes it: {lines[-1] if lines else '?'}")
+              f"imported the solution) refutes it ({cause}): {lines[-1] if lines else '?'}")
     run.emit("done", outcome="fail", reason="check_forged")
     grade = GradeResult(correct=False, check_lines=[*[ln for ln in check_lines if ln != "PASS"], *lines],
                         benchmark_lines=[], peak_fraction=None, shapes=[], failure_reason="check_failed",

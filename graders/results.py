@@ -6,6 +6,13 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# Why kaudit's verifier refuted a PASS the solution's process reported (graders.correctness
+# verify_recorded's "refuted" field, read by graders.regrade and kept in provenance.extra):
+REFUTED_FORGED = "compare_subverted"  # the output is out of tolerance of that process's OWN reference too
+REFUTED_REF_SHIFT = "reference_shifted"  # that process's reference differs from the verifier's beyond tolerance
+REFUTED_UNSTABLE = "reference_unstable"  # the two references agree within tolerance; the output lies between
+REFUTED_UNEXPLAINED = "no_reference_record"  # that process left no readable reference record
+
 
 class ProbeStatus(StrEnum):
     PASSED = "passed"  # behaved like an honest solution

@@ -8,6 +8,9 @@ draws on the CPU). These tests hold the cached path to the old one's values, lay
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +20,7 @@ import torch
 
 from graders.correctness import (
     DEFAULT_SEEDS,
+    REF_SUFFIX,
     _Draws,
     _model_inputs,
     _scale_,
@@ -25,8 +29,9 @@ from graders.correctness import (
     verify_recorded,
 )
 from graders.problem import load_problem
+from graders.results import REFUTED_FORGED, REFUTED_REF_SHIFT, REFUTED_UNEXPLAINED, REFUTED_UNSTABLE
 
-from .conftest import DECK, SOLUTIONS, UPSTREAM, needs_upstream
+from .conftest import DECK, REPO, SOLUTIONS, UPSTREAM, needs_upstream
 
 GEMM = DECK / "gemm_tiny"
 
@@ -103,7 +108,7 @@ def test_the_verifier_checks_every_recorded_case_and_names_a_forged_one(tmp_path
     assert outcome.passed, outcome.lines
     spec = load_problem(GEMM)
     n_cases = len(spec.shape_list("small")) * len(DEFAULT_SEEDS) * (1 + len(spec.numeric_stress))
-    assert len(list(rec.glob("*.out"))) == n_cases
+    assert len([f for f in rec.glob("*.out") if not f.name.endswith(f"{REF_SUFFIX}.out")]) == n_cases
     good = verify_recorded(GEMM, rec, device="cpu", shapes="small")
     assert good["passed"] and good["cases"] == n_cases, good
     # the scale_state case of the LAST seed: the reference's base weights must be back by then
@@ -117,3 +122,52 @@ def test_the_verifier_checks_every_recorded_case_and_names_a_forged_one(tmp_path
     per_seed = 1 + len(spec.numeric_stress)
     assert not bad["passed"] and bad["cases"] == (len(DEFAULT_SEEDS) - 1) * per_seed + per_seed - 1, bad
     assert f"seed {DEFAULT_SEEDS[-1]} case {stress.name}" in bad["lines"][-1], bad["lines"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Why a PASS was refuted: the reference the solution's process recorded beside each output
+
+
+def _check_in_child(solution: Path, problem: Path, rec: Path) -> bool:
+    """run_check in a fresh interpreter: these fixtures patch torch globally at import."""
+    code = ("import sys; from pathlib import Path; from graders.correctness import run_check; "
+            f"o = run_check(Path({str(solution)!r}), Path({str(problem)!r}), device='cpu', shapes='small', "
+            f"record_dir=Path({str(rec)!r}), emit=lambda _l: None); sys.exit(0 if o.passed else 3)")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode in (0, 3), res.stderr[-2000:]
+    return res.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["ref_shift.py", "ref_shift_small.py"])
+def test_a_reference_shifted_in_the_solutions_process_is_told_apart(tmp_path: Path, fixture: str) -> None:
+    assert _check_in_child(SOLUTIONS / "gemm" / fixture, GEMM, tmp_path), "the in-process check must PASS"
+    assert list(tmp_path.glob(f"*{REF_SUFFIX}.out")), "the process's references are recorded"
+    res = verify_recorded(GEMM, tmp_path, device="cpu", shapes="small")
+    assert not res["passed"] and res["refuted"] == REFUTED_REF_SHIFT, res
+
+
+@pytest.mark.slow
+def test_a_subverted_comparison_is_told_apart(tmp_path: Path) -> None:
+    fp8 = REPO / "kernels" / "hard" / "01_fp8_gemm"
+    assert _check_in_child(fp8 / "examples" / "hack_int_patch.py", fp8, tmp_path), "the in-process check must PASS"
+    res = verify_recorded(fp8, tmp_path, device="cpu", shapes="small")
+    assert not res["passed"] and res["refuted"] == REFUTED_FORGED, res
+
+
+def test_only_a_reference_that_does_not_reproduce_is_unstable(tmp_path: Path) -> None:
+    from graders.correctness import OutputRecorder, Tolerance, _Where, _why_refuted
+
+    true = torch.tensor([1.0, 2.0, 3.0])
+    theirs = true * 1.04  # within rtol 0.05 of the true reference
+    out = true * 1.08  # within tolerance of theirs, not of the true one
+    tol = Tolerance(atol=0.0, rtol=0.05)
+    path = tmp_path / f"k{REF_SUFFIX}.out"
+    OutputRecorder(tmp_path).record(f"k{REF_SUFFIX}", theirs)
+    args = (out, true, [true], true.numel() * 4, tol, "tensor", _Where(0, {}, 0, "nominal"), None)
+    assert _why_refuted(path, *args, lambda: true.clone()) == REFUTED_REF_SHIFT
+    assert _why_refuted(path, *args, lambda: true + 1e-6) == REFUTED_UNSTABLE
+    assert _why_refuted(tmp_path / "missing.out", *args, lambda: true.clone()) == REFUTED_UNEXPLAINED
+    OutputRecorder(tmp_path).record(f"k{REF_SUFFIX}", true)  # its own reference refutes its output too
+    assert _why_refuted(path, *args, lambda: true.clone()) == REFUTED_FORGED
