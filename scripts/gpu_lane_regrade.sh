@@ -10,7 +10,8 @@
 # Writes $OUT/gpu-regrade.jsonl (one record per regrade) and $OUT/gpu-regrade.txt (the summary table).
 # GPU_LANE_REGRADE_TIMEOUT (default 540 s) bounds the pytest run; GPU_LANE_REGRADE_K passes a -k
 # expression so the lane can be split over several device calls (e.g. "genuine or overhead", then
-# "stale or live", then "l2 or worker"); KAUDIT_GPU_LOCK_PATH points the lock at the harness's.
+# "stale or live", then "l2 or worker"); GPU_LANE_REGRADE_TESTS names the tests (node ids, run in that
+# order) instead of the whole file; KAUDIT_GPU_LOCK_PATH points the lock at the harness's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-lane-out}"
@@ -36,7 +37,9 @@ echo "bwrap: $(command -v bwrap || echo 'absent (sandbox falls back to a plain s
 export KAUDIT_GPU_RESULTS="$OUT/gpu-regrade.jsonl"
 [ "${GPU_LANE_APPEND:-0}" = "1" ] || rm -f "$KAUDIT_GPU_RESULTS"
 status=0
-timeout "$T_REGRADE" "$PY" -m pytest -q -rA -m gpu -p no:cacheprovider tests/regrade/test_gpu_regrade.py \
+# GPU_LANE_REGRADE_TESTS: node ids to run, in this order (default: the whole file)
+# shellcheck disable=SC2086
+timeout "$T_REGRADE" "$PY" -m pytest -q -rA -m gpu -p no:cacheprovider ${GPU_LANE_REGRADE_TESTS:-tests/regrade/test_gpu_regrade.py} \
   ${GPU_LANE_REGRADE_K:+-k "$GPU_LANE_REGRADE_K"} > "$OUT/gpu-regrade-pytest.txt" 2>&1 || status=1
 tail -80 "$OUT/gpu-regrade-pytest.txt"
 

@@ -176,23 +176,34 @@ def _run_worker(tmp_path: Path, archives: dict[str, tuple[Path, str, list[str] |
         jobs[name] = svc.jobs.enqueue_regrade(run.run_id, probes=probes).job.id
     worker = start_inprocess_worker(settings)
     t = time.monotonic()
+    out: dict[str, Any] = {}
+
+    def record_finished() -> None:
+        # each job's record is written as soon as it ends: a device call cut at its limit keeps
+        # the verdicts already reached
+        for name, job_id in jobs.items():
+            job = svc.jobs.get(job_id)
+            if name in out or job is None or job.state not in ("succeeded", "failed"):
+                continue
+            out[name] = job
+            rec = {"example": f"worker {archives[name][1][:2]} {name}", "job_state": job.state,
+                   "attempts": job.attempts, "error": job.error, "result": job.result,
+                   "t_s": round(time.monotonic() - t, 1)}
+            with RESULTS.open("a") as fh:
+                fh.write(json.dumps(rec, default=str) + "\n")
+
     try:
         while time.monotonic() - t < float(os.environ.get("KAUDIT_GPU_WORKER_WAIT_S", "900")):
-            states = {n: svc.jobs.get(j).state for n, j in jobs.items()}  # type: ignore[union-attr]
-            if all(s in ("succeeded", "failed") for s in states.values()):
+            record_finished()
+            if len(out) == len(jobs):
                 break
             time.sleep(2)
     finally:
         worker.stop()
-    out = {}
+    record_finished()
     for name, job_id in jobs.items():
-        job = svc.jobs.get(job_id)
-        assert job is not None
-        out[name] = job
-        rec = {"example": f"worker {archives[name][1][:2]} {name}", "job_state": job.state, "attempts": job.attempts,
-               "error": job.error, "result": job.result}
-        with RESULTS.open("a") as fh:
-            fh.write(json.dumps(rec, default=str) + "\n")
+        if name not in out:  # still queued or running when the wait ran out
+            out[name] = svc.jobs.get(job_id)
     return out
 
 
