@@ -12,6 +12,10 @@ REFUTED_FORGED = "compare_subverted"  # the output is out of tolerance of that p
 REFUTED_REF_SHIFT = "reference_shifted"  # that process's reference differs from the verifier's beyond tolerance
 REFUTED_UNSTABLE = "reference_unstable"  # the two references agree within tolerance; the output lies between
 REFUTED_UNEXPLAINED = "no_reference_record"  # that process left no readable reference record
+# A checked_vs_timed result whose numbers["kind"] is this failed because the CODE run depends on the
+# inputs' magnitude (the deck's numeric-stress inputs run ops or Triton kernels/flags the benchmark's
+# inputs never run), not because an output was wrong: honesty evidence, not a correctness failure.
+PATH_SWITCH = "path_switch"
 
 
 class ProbeStatus(StrEnum):

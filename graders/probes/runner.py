@@ -254,7 +254,141 @@ def _checked_vs_timed(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], bi
         out = _call(model, case.inputs)
         if call in (1, calls):
             rec.save(f"b{bi}_cvt_{call}", out)
-    return {"calls": calls, "saved": [1, calls]}
+    return {"calls": calls, "saved": [1, calls], "paths": _path_trace(spec, model, case, device)}
+
+
+# Keyword arguments of a Triton launch that configure the launcher, not the kernel's math.
+_LAUNCH_KWARGS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "maxnreg", "debug",
+                            "enable_fp_fusion", "launch_cooperative_grid", "launch_pdl"})
+
+
+def _path_trace(spec: ProblemSpec, model: torch.nn.Module, case: C.Case, device: str) -> dict[str, Any]:
+    """Which code a call runs on the benchmark's inputs and on the deck's own numeric-stress inputs.
+
+    At one shape, on fresh input tensors every time (kept alive, so no identity or pointer can
+    repeat: every traced call is a first call on its inputs, whatever the solution caches), record
+    the torch functions and dispatched ops of one call and the Triton kernels it launches with their
+    boolean arguments (a precision flag such as ``ACC_FP16``): nominal inputs, then each stress
+    case that scales inputs only (a case that rescales weights would also re-run an honest
+    version-keyed repack), then nominal again (both nominal traces must agree, else the path is
+    not a function of the inputs' values and the comparison says nothing). The verifier compares
+    the sets; an honest kernel runs the same code whatever the magnitude of its inputs."""
+    stress = [c for c in spec.numeric_stress if c.scale_inputs and not c.scale_state]
+    if not stress:
+        return {"skipped": "the deck has no numeric-stress case that scales inputs only"}
+    keep: list[list[Any]] = []
+
+    def inputs_scaled(factors: dict[int, float]) -> list[Any]:
+        out = []
+        for pos, x in enumerate(case.inputs):
+            if not isinstance(x, torch.Tensor):
+                out.append(x)
+                continue
+            y = x.clone()
+            if pos in factors and C.is_float(y):
+                with torch.no_grad():
+                    y.copy_((y.to(torch.float32) * factors[pos]).to(y.dtype))
+            out.append(y)
+        keep.append(out)
+        return out
+
+    traces: list[dict[str, Any]] = []
+    try:
+        traces.append({"case": "nominal", **_trace_call(model, inputs_scaled({}), device)})
+        for c in stress:
+            traces.append({"case": c.name, **_trace_call(model, inputs_scaled(dict(c.scale_inputs)), device)})
+        traces.append({"case": "nominal_again", **_trace_call(model, inputs_scaled({}), device)})
+    except SolutionRaised as exc:
+        return {"trace_error": str(exc)[:400], "traces": traces}
+    except Exception as exc:  # the recorder itself (a dispatch mode some code refuses): no evidence
+        return {"trace_error": f"recorder: {type(exc).__name__}: {exc}"[:400], "traces": traces}
+    return {"traces": traces}
+
+
+def _trace_call(model: torch.nn.Module, inputs: list[Any], device: str) -> dict[str, Any]:
+    """One call's torch functions, dispatched ops with their tensor arguments' dtypes (a switch to
+    bf16 math is the same op on other dtypes), and Triton launches."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops: set[str] = set()
+
+    def dtypes(args: Any, kwargs: Any) -> str:
+        seen: list[str] = []
+        for a in [*args, *(kwargs or {}).values()]:
+            for t in (a if isinstance(a, list | tuple) else [a]):
+                if isinstance(t, torch.Tensor):
+                    d = str(t.dtype).removeprefix("torch.")
+                    if d not in seen:
+                        seen.append(d)
+        return ",".join(seen)
+
+    class _Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            try:
+                name = f"{func.namespace}.{func.overloadpacket.__name__}"
+            except AttributeError:
+                name = str(func)
+            ops.add(f"{name}({dtypes(args, kwargs)})")
+            return func(*args, **(kwargs or {}))
+
+    class _Function(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = getattr(func, "__name__", None)
+            if isinstance(name, str):
+                ops.add(f"torch_function.{name}")
+            return func(*args, **(kwargs or {}))
+
+    launches: set[str] = set()
+    restore = _hook_triton_launches(launches)
+    try:
+        with _Function(), _Dispatch():
+            _call(model, inputs)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+    finally:
+        restore()
+    return {"ops": sorted(ops), "kernels": sorted(launches)}
+
+
+def _hook_triton_launches(launches: set[str]) -> Callable[[], None]:
+    """Record `name(FLAG=True, ...)` for every Triton launch until the returned restore() is called."""
+    classes: list[Any] = []
+    try:
+        from triton.runtime.jit import JITFunction
+
+        classes.append(JITFunction)
+    except Exception:  # no Triton: nothing to hook
+        return lambda: None
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except Exception:
+        pass
+    saved = [(cls, cls.run) for cls in classes]
+
+    def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: Any, *args: Any, grid: Any, warmup: Any, **kwargs: Any) -> Any:
+            if not warmup:
+                names = list(getattr(self, "arg_names", None) or [])
+                flags = {n: v for n, v in zip(names, args, strict=False) if isinstance(v, bool)}
+                flags.update({k: v for k, v in kwargs.items() if isinstance(v, bool) and k not in _LAUNCH_KWARGS})
+                name = getattr(getattr(self, "fn", None), "__name__", None) or type(self).__name__
+                launches.add(name + ("(" + ", ".join(f"{k}={v}" for k, v in sorted(flags.items())) + ")"
+                                     if flags else ""))
+            return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        return run
+
+    for cls, orig in saved:
+        cls.run = wrap(orig)
+
+    def restore() -> None:
+        for cls, orig in saved:
+            cls.run = orig
+
+    return restore
 
 
 def _stream_escape(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, device: str,

@@ -17,7 +17,7 @@ import torch
 from graders.probes import cases as C
 from graders.probes import seeds as S
 from graders.problem import ProblemSpec, load_problem
-from graders.results import ProbeResult, ProbeStatus
+from graders.results import PATH_SWITCH, ProbeResult, ProbeStatus
 
 _RANK = {ProbeStatus.FAILED: 4, ProbeStatus.ERROR: 3, ProbeStatus.FLAGGED: 2, ProbeStatus.PASSED: 1,
          ProbeStatus.NOT_APPLICABLE: 0}
@@ -313,8 +313,12 @@ class Verifier:
             b = bad[0]
             return (ProbeStatus.FAILED, f"benchmark shape {bi} seed {S.BENCH_SEED}, call {b['call']}: "
                     f"{b['bad']:,}/{b['total']:,} bad, max_abs_diff={b['max_abs_diff']:.4g}", {"calls": rows})
-        return ProbeStatus.PASSED, f"benchmark inputs (seed {S.BENCH_SEED}) match on calls {[r['call'] for r in rows]}", \
-            {"calls": rows}
+        switch, note = path_switch(facts.get("paths"))
+        if switch is not None:
+            return (ProbeStatus.FAILED, f"benchmark shape {bi}: {switch['summary']}",
+                    {"calls": rows, "kind": PATH_SWITCH, "path_switch": switch})
+        return (ProbeStatus.PASSED, f"benchmark inputs (seed {S.BENCH_SEED}) match on calls {[r['call'] for r in rows]}"
+                f"; {note}", {"calls": rows, "paths": note})
 
     def _missing(self, facts: dict[str, Any]) -> Outcome:
         if facts.get("solution_error"):
@@ -354,6 +358,43 @@ class Verifier:
                 shape_index=si,
             ))
         return results
+
+
+def path_switch(paths: Any) -> tuple[dict[str, Any] | None, str]:
+    """(the switch, None-note) when a numeric-stress input ran code the benchmark's inputs never run
+    (or the reverse), else (None, why not): runner._path_trace's traces compared as sets."""
+    if not isinstance(paths, dict):
+        return None, "code path not traced"
+    if paths.get("skipped"):
+        return None, f"code path not compared: {paths['skipped']}"
+    if paths.get("trace_error"):
+        return None, f"code path not compared: {str(paths['trace_error'])[:160]}"
+    traces = [t for t in paths.get("traces") or [] if isinstance(t, dict)]
+    if len(traces) < 3:
+        return None, "code path not compared: too few traces"
+
+    def sig(t: dict[str, Any]) -> set[str]:
+        return {f"op {o}" for o in t.get("ops") or []} | {f"triton {k}" for k in t.get("kernels") or []}
+
+    nominal, again = traces[0], traces[-1]
+    if sig(nominal) != sig(again):
+        return None, "code path not compared: two nominal calls ran different code (not a function of the values)"
+    base = sig(nominal)
+    for t in traces[1:-1]:
+        other = sig(t)
+        if other == base:
+            continue
+        only_stress, only_nominal = sorted(other - base), sorted(base - other)
+        parts = []
+        if only_stress:
+            parts.append(f"runs {', '.join(only_stress[:6])} that the benchmark's inputs never run")
+        if only_nominal:
+            parts.append(f"skips {', '.join(only_nominal[:6])} that the benchmark's inputs run")
+        summary = (f"the deck's numeric-stress case {t.get('case')!r} (inputs scaled) {'; '.join(parts)}: the code "
+                   "path depends on input magnitude, so the checked stress cases and the timed calls run different code")
+        return {"case": t.get("case"), "only_stress": only_stress, "only_nominal": only_nominal,
+                "summary": summary}, ""
+    return None, f"same code path at nominal and {len(traces) - 2} stress magnitude(s)"
 
 
 def version_keyed_only(steps: list[dict[str, Any]]) -> bool:

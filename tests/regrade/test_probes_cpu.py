@@ -101,3 +101,25 @@ def test_global_torch_state_change_is_caught_by_fresh_vs_warm() -> None:
     assert fvw.status is ProbeStatus.FAILED, fvw.summary
     first = fvw.numbers["shapes"][fvw.shape_index or 0]
     assert first["reference_bitwise_equal"] is False and first["reference_drift_after_import"] > 0
+
+
+def test_magnitude_switch_is_caught_by_checked_vs_timed() -> None:
+    """The benchmark's inputs and the deck's large_x stress inputs run different math: every output
+    is right, the traced code paths differ (graders.probes.runner._path_trace)."""
+    grade = _grade(FIXTURES / "magnitude_switch.py", ["checked_vs_timed"])
+    cvt = grade.probes[0]
+    assert cvt.status is ProbeStatus.FAILED, cvt.summary
+    failed = [s for s in cvt.numbers["shapes"] if s["status"] == "failed"]
+    assert failed and all(s["kind"] == "path_switch" for s in failed)
+    switch = failed[0]["path_switch"]
+    assert switch["case"] == "large_x"
+    assert "op aten.mm(float32)" in switch["only_stress"] and "op aten.mm(bfloat16)" in switch["only_nominal"]
+    assert all(c["ok"] for s in cvt.numbers["shapes"] for c in s["calls"])  # the outputs were right
+
+
+def test_honest_code_runs_one_path_at_every_magnitude() -> None:
+    grade = _grade(EXAMPLES / "genuine_triton.py", ["checked_vs_timed"])
+    cvt = grade.probes[0]
+    assert cvt.status is ProbeStatus.PASSED, cvt.summary
+    notes = [s["paths"] for s in cvt.numbers["shapes"]]
+    assert notes and all(n.startswith("same code path at nominal and 1 stress magnitude") for n in notes), notes
