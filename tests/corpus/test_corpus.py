@@ -249,3 +249,37 @@ def test_corpus_case_after_regrade(name: str, key: str, grade: Any, tmp_path: Pa
     v = audit_path(archive, decks, grade=grade())
     diffs = compare(v, want)
     assert not diffs, f"{name} with {key}:\n" + "\n".join(diffs) + "\n" + explain(v)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_corpus_solution_fits_its_deck(name: str, tmp_path: Path) -> None:
+    """A case's solution is a real submission for its bundled problem: its Model takes the reference's
+    state_dict strictly (a mismatch would end any regrade at `state_dict mismatch`, never at the
+    situation the case is about: seen on the H100, 2026-12-06, dead_evict_last_branch)."""
+    from graders.problem import ProblemError, import_isolated, load_problem
+
+    src, _expected, result = load_case(name)
+    problem_dir = DECK_ROOT / str(result["problem"])
+    if not (problem_dir / "problem.yaml").is_file():
+        pytest.skip(f"{result['problem']} is not in the bundled deck")
+    try:
+        spec = load_problem(problem_dir)
+    except ProblemError as exc:  # pragma: no cover - the bundled deck always loads
+        pytest.fail(str(exc))
+    work = tmp_path / "case"  # a copy: importing may build native code beside the source
+    shutil.copytree(src, work, ignore=shutil.ignore_patterns("expected.json", "__pycache__"))
+    try:
+        module = import_isolated(work / "solution.py", f"corpus_fit_{name}")
+    except Exception as exc:  # a case about an unimportable solution has nothing to load
+        pytest.skip(f"solution does not import here: {type(exc).__name__}")
+    if not hasattr(module, "Model"):
+        pytest.skip("no Model class (the case is about its absence)")
+    shape = spec.shape_list("small")[0]
+    spec.apply_shape(shape)
+    init = list(spec.reference.get_init_inputs())
+    ref = spec.model_class(*init)
+    try:
+        sol = module.Model(*init)
+    except Exception as exc:  # a constructor that builds CUDA code: not constructible on this host
+        pytest.skip(f"Model() does not construct here: {type(exc).__name__}")
+    sol.load_state_dict(ref.state_dict(), strict=True)

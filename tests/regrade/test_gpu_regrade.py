@@ -202,8 +202,13 @@ def _run_worker(tmp_path: Path, archives: dict[str, tuple[Path, str, list[str] |
         worker.stop()
     record_finished()
     for name, job_id in jobs.items():
-        if name not in out:  # still queued or running when the wait ran out
-            out[name] = svc.jobs.get(job_id)
+        if name not in out:  # still queued or running when the wait ran out: say where it was
+            job = svc.jobs.get(job_id)
+            out[name] = job
+            rec = {"example": f"worker {archives[name][1][:2]} {name}", "job_state": getattr(job, "state", None),
+                   "unfinished_after_s": round(time.monotonic() - t, 1), "progress": getattr(job, "progress", None)}
+            with RESULTS.open("a") as fh:
+                fh.write(json.dumps(rec, default=str) + "\n")
     return out
 
 

@@ -17,6 +17,8 @@ def _moe_up(x_ptr, wg_ptr, wu_ptr, offs_ptr, o_ptr, H, I, BM: tl.constexpr, BN: 
     e = tl.program_id(2)
     start = tl.load(offs_ptr + e)
     end = tl.load(offs_ptr + e + 1)
+    if start + tl.program_id(0) * BM >= end:  # past this expert's rows
+        return
     rm = start + tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     g = tl.zeros((BM, BN), dtype=tl.float32)
@@ -42,6 +44,7 @@ class Model(nn.Module):
     def forward(self, hidden_states: torch.Tensor, expert_offsets: torch.Tensor) -> torch.Tensor:
         T = hidden_states.shape[0]
         out = torch.empty(T, self.I, device=hidden_states.device, dtype=torch.bfloat16)
-        grid = (triton.cdiv(T, 64), triton.cdiv(self.I, 64), self.E)
+        rows = int((expert_offsets[1:] - expert_offsets[:-1]).max())  # the largest expert's rows
+        grid = (max(1, triton.cdiv(rows, 64)), triton.cdiv(self.I, 64), self.E)
         _moe_up[grid](hidden_states, self.W_gate, self.W_up, expert_offsets, out, self.H, self.I, BM=64, BN=64, BK=32)
         return out
