@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from graders.problem import ProblemSpec
+from graders.problem import ProblemSpec, on_device
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -37,16 +37,36 @@ def _to_device(x: Any, device: str) -> Any:
     return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
-def build_case(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str) -> Case:
+def _drawn(spec: ProblemSpec, device: str, seed: int, exact: bool, draw: Any) -> Any:
+    """`draw()` after seeding, where a probe's case is drawn.
+
+    A probe compares the solution with a reference that the untrusted runner and the trusted
+    verifier each build from the same seed by the same code, so it needs a deterministic draw, not
+    the official grader's own values: on CUDA every probe case draws on the device (a KBH deck's
+    check.py draws on the CPU generator; at the 06 MoE shape that is 3.2 GB of weights and 2 GB of
+    input per case, seconds each, for every probe and shape, twice). `exact` keeps the deck's own
+    draw (checked_vs_timed reproduces the benchmark's inputs). A deck whose draw cannot run under a
+    device context (a CPU generator passed explicitly) falls back to its own draw, in both
+    processes alike."""
+    if not exact:
+        torch.manual_seed(seed)
+        try:
+            with on_device(device):
+                return draw()
+        except Exception:  # the deck's code needs its own draw: take it (same in runner and verifier)
+            torch.manual_seed(seed)
+    with spec.draw_context(device):
+        return draw()
+
+
+def build_case(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str, *, exact: bool = False) -> Case:
     """Reference model and inputs for one shape and seed (the graders' order and reseeding)."""
     spec.apply_shape(shape)
     torch.manual_seed(seed)
     init = list(spec.reference.get_init_inputs())
-    with spec.draw_context(device):
-        ref = spec.reference.Model(*init).to(device).eval()
-    torch.manual_seed(seed)  # inputs exactly as graders.correctness / graders.timing draw them
-    with spec.draw_context(device):
-        raw = list(spec.reference.get_inputs())
+    ref = _drawn(spec, device, seed, exact, lambda: spec.reference.Model(*init).to(device).eval())
+    torch.manual_seed(seed)  # inputs reseeded as graders.correctness / graders.timing draw them
+    raw = _drawn(spec, device, seed, exact, lambda: list(spec.reference.get_inputs()))
     inputs = [_to_device(x, device) for x in raw]
     return Case(dict(shape), seed, init, ref, inputs)
 
@@ -54,8 +74,7 @@ def build_case(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str)
 def fresh_inputs(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: str) -> list[Any]:
     spec.apply_shape(shape)
     torch.manual_seed(seed)
-    with spec.draw_context(device):
-        raw = list(spec.reference.get_inputs())
+    raw = _drawn(spec, device, seed, False, lambda: list(spec.reference.get_inputs()))
     return [_to_device(x, device) for x in raw]
 
 
@@ -256,8 +275,7 @@ def reload_state(spec: ProblemSpec, shape: dict[str, Any], seed: int, device: st
     spec.apply_shape(shape)
     torch.manual_seed(seed)
     init = list(spec.reference.get_init_inputs())
-    with spec.draw_context(device):
-        other = spec.reference.Model(*init).to(device)
+    other = _drawn(spec, device, seed, False, lambda: spec.reference.Model(*init).to(device))
     return {k: v.detach().clone() for k, v in other.state_dict().items()}
 
 

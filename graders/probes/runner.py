@@ -243,7 +243,7 @@ def _flush_buffer(device: str) -> torch.Tensor | None:
 def _checked_vs_timed(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], bi: int, device: str,
                       rec: Recorder) -> dict[str, Any]:
     """The benchmark's shapes, its seed (2026) and its call pattern (warm-ups, flush between calls)."""
-    case = C.build_case(spec, shape, S.BENCH_SEED, device)
+    case = C.build_case(spec, shape, S.BENCH_SEED, device, exact=True)
     model = _make_solution(sol_mod, case, device)
     flush = _flush_buffer(device)
     calls = spec.warmup + S.TIMED_EXTRA

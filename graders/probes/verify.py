@@ -295,7 +295,7 @@ class Verifier:
                                     f"{f['warm_ms']:.4g} ms; no persisting L2 state"), nums
 
     def checked_vs_timed(self, bi: int, shape: dict[str, Any]) -> Outcome:
-        case = C.build_case(self.spec, shape, S.BENCH_SEED, self.device)
+        case = C.build_case(self.spec, shape, S.BENCH_SEED, self.device, exact=True)
         facts = self.entry(bi, "checked_vs_timed", key="bench_shapes")
         ref = self.ref(case.ref_model, case.inputs)
         rows = []

@@ -170,3 +170,30 @@ def test_a_weight_cache_keyed_on_the_pointer_alone_fails_weight_mutation_only() 
     status = _status(grade)
     assert status["weight_mutation"] is ProbeStatus.FAILED
     assert status["same_storage_overwrite"] is ProbeStatus.PASSED  # its inputs are read live
+
+
+def test_probe_cases_draw_on_the_device_and_fall_back_to_the_decks_own_draw() -> None:
+    """graders.probes.cases._drawn: a probe case draws under the device context (the runner and the
+    verifier alike); a deck whose draw refuses it gets its own draw, reseeded, so both processes
+    still build the same case."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+
+    from graders.probes.cases import _drawn
+
+    spec = SimpleNamespace(draw_context=lambda _device: contextlib.nullcontext())
+    on_meta = _drawn(spec, "meta", 3, False, lambda: torch.randn(4))  # type: ignore[arg-type]
+    assert on_meta.device.type == "meta"
+
+    def cpu_only() -> torch.Tensor:
+        if torch.empty(1).device.type != "cpu":
+            raise RuntimeError("this deck draws with an explicit CPU generator")
+        return torch.randn(4)
+
+    fell_back = _drawn(spec, "meta", 3, False, cpu_only)  # type: ignore[arg-type]
+    torch.manual_seed(3)
+    assert fell_back.device.type == "cpu" and torch.equal(fell_back, torch.randn(4))
+    exact = _drawn(spec, "meta", 3, True, lambda: torch.randn(4))  # type: ignore[arg-type]
+    assert exact.device.type == "cpu"  # exact: the deck's own draw (checked_vs_timed)
