@@ -13,8 +13,11 @@ names the fields that differ, which is the honest signal.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -268,18 +271,41 @@ def test_corpus_solution_fits_its_deck(name: str, tmp_path: Path) -> None:
         pytest.fail(str(exc))
     work = tmp_path / "case"  # a copy: importing may build native code beside the source
     shutil.copytree(src, work, ignore=shutil.ignore_patterns("expected.json", "__pycache__"))
+    with _process_state_restored():  # cases set env switches and torch flags at import, on purpose
+        try:
+            module = import_isolated(work / "solution.py", f"corpus_fit_{name}")
+        except Exception as exc:  # a case about an unimportable solution has nothing to load
+            pytest.skip(f"solution does not import here: {type(exc).__name__}")
+        if not hasattr(module, "Model"):
+            pytest.skip("no Model class (the case is about its absence)")
+        shape = spec.shape_list("small")[0]
+        spec.apply_shape(shape)
+        init = list(spec.reference.get_init_inputs())
+        ref = spec.model_class(*init)
+        try:
+            sol = module.Model(*init)
+        except Exception as exc:  # a constructor that builds CUDA code: not constructible on this host
+            pytest.skip(f"Model() does not construct here: {type(exc).__name__}")
+        sol.load_state_dict(ref.state_dict(), strict=True)
+
+
+@contextlib.contextmanager
+def _process_state_restored() -> Iterator[None]:
+    """os.environ and torch's global numerics switches as they were (other tests share the worker)."""
+    import torch
+
+    env = dict(os.environ)
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    flags = (torch.get_float32_matmul_precision(), cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction,
+             cuda.allow_fp16_reduced_precision_reduction, cudnn.allow_tf32, cudnn.benchmark, cudnn.deterministic,
+             torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled())
     try:
-        module = import_isolated(work / "solution.py", f"corpus_fit_{name}")
-    except Exception as exc:  # a case about an unimportable solution has nothing to load
-        pytest.skip(f"solution does not import here: {type(exc).__name__}")
-    if not hasattr(module, "Model"):
-        pytest.skip("no Model class (the case is about its absence)")
-    shape = spec.shape_list("small")[0]
-    spec.apply_shape(shape)
-    init = list(spec.reference.get_init_inputs())
-    ref = spec.model_class(*init)
-    try:
-        sol = module.Model(*init)
-    except Exception as exc:  # a constructor that builds CUDA code: not constructible on this host
-        pytest.skip(f"Model() does not construct here: {type(exc).__name__}")
-    sol.load_state_dict(ref.state_dict(), strict=True)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_float32_matmul_precision(flags[0])
+        (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction, cuda.allow_fp16_reduced_precision_reduction,
+         cudnn.allow_tf32, cudnn.benchmark, cudnn.deterministic) = flags[1:7]
+        torch.set_default_dtype(flags[7])
+        torch.use_deterministic_algorithms(flags[8])
