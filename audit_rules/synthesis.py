@@ -119,7 +119,16 @@ from audit_rules.verdicts import (
     VerdictResult,
 )
 from graders.logformat import parse_check_log
-from graders.results import PATH_SWITCH, GradeResult, ProbeResult, ProbeStatus, last_fail_line
+from graders.results import (
+    PATH_SWITCH,
+    REFUTED_CAUSE,
+    REFUTED_FORGED,
+    REFUTED_REF_SHIFT,
+    GradeResult,
+    ProbeResult,
+    ProbeStatus,
+    last_fail_line,
+)
 from graders.runformat import CHECK_CONTENDED_LOG, CHECK_LOG, TRANSCRIPT_FILES
 from ingest.model import HarnessRegrade, IntegrityStatus, ParsedRun
 
@@ -293,12 +302,8 @@ def _forged_check(grade: GradeResult | None) -> str | None:
     verified = extra.get("check_verified")
     verified = verified if isinstance(verified, dict) else {}
     refuted = str(verified.get("refuted") or last_fail_line(grade.check_lines) or "?")
-    how = {
-        "reference_shifted": " (the reference computed in the solution's process differs from the verifier's beyond "
-                             "tolerance: something there, such as a global numerics flag, shifted the reference)",
-        "compare_subverted": " (the solution's process's own recorded reference refutes the output too: its "
-                             "comparison was subverted)",
-    }.get(str(verified.get("refuted_kind") or ""), "")
+    kind = str(verified.get("refuted_kind") or "")
+    how = f" ({REFUTED_CAUSE[kind]})" if kind in (REFUTED_FORGED, REFUTED_REF_SHIFT) else ""
     return ("forged check: the solution's process reported PASS but kaudit's verifier (the reference computed "
             f"in a process that never imported the solution) refutes it{how}: {refuted[:240]}")
 

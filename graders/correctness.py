@@ -409,7 +409,6 @@ def _grid(spec: ProblemSpec, shapes: str, seeds: Sequence[int]) -> list[tuple[in
 REF_SUFFIX = ".ref"  # `<key>.ref.out`: the reference output as the solution's process computed it
 
 
-
 def record_key(si: int, seed: int, case: StressCase | None) -> str:
     name = case.name if case else "nominal"
     safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)

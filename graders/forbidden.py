@@ -410,20 +410,36 @@ def _op_name(func: Any) -> str:
         return str(func)
 
 
+def _arg_dtypes(args: Any, kwargs: Any) -> str:
+    """The distinct dtypes of an op's tensor arguments, in order: "bfloat16,float32"."""
+    import torch
+
+    seen: list[str] = []
+    for a in [*args, *(kwargs or {}).values()]:
+        for t in (a if isinstance(a, list | tuple) else [a]):
+            if isinstance(t, torch.Tensor):
+                d = str(t.dtype).removeprefix("torch.")
+                if d not in seen:
+                    seen.append(d)
+    return ",".join(seen)
+
+
 @contextlib.contextmanager
-def record_ops(record: RuntimeRecord) -> Iterator[RuntimeRecord]:
+def record_ops(record: RuntimeRecord, *, dtypes: bool = False) -> Iterator[RuntimeRecord]:
     """Record every torch function and every op reaching the dispatcher inside the block.
 
     Both levels are needed: composite ops (`torch.matmul`, `F.linear`) decompose before the
     dispatcher, so only the function mode sees them; library and C++ callers reach only the
     dispatcher (a forbidden aten op called from a helper). Triton kernels dispatch nothing.
+    With `dtypes`, a dispatched op is recorded with its tensor arguments' dtypes
+    ("aten.mm(bfloat16)"): a switch to other-precision math is the same op on other dtypes.
     """
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            record.aten_ops.add(_op_name(func))
+            record.aten_ops.add(f"{_op_name(func)}({_arg_dtypes(args, kwargs)})" if dtypes else _op_name(func))
             return func(*args, **(kwargs or {}))
 
     class _Function(TorchFunctionMode):

@@ -32,8 +32,7 @@ from graders.decks import DeckTampered
 from graders.gpu_lock import LockConfig, LockHandle, LockTimeout
 from graders.official import OfficialResult
 from graders.results import (
-    REFUTED_FORGED,
-    REFUTED_REF_SHIFT,
+    REFUTED_CAUSE,
     REFUTED_UNEXPLAINED,
     REFUTED_UNSTABLE,
     GradeResult,
@@ -601,11 +600,7 @@ def _verify_check(run: _Run, sb: Sandbox, params: dict[str, Any], check_lines: l
                       "the solution's output matched its own process's reference but not the verifier's, and the "
                       f"two references differ by less than the tolerance: {lines[-1] if lines else '?'}", check_lines)
     run.extra["check_forged"] = True
-    cause = {REFUTED_FORGED: "its own reference (recorded beside the output) refutes the output too, so its "
-                             "comparison was subverted",
-             REFUTED_REF_SHIFT: "the reference that process computed differs from the verifier's beyond tolerance, so "
-                                "something in it (a global numerics flag, a patched reference) shifted the reference",
-             REFUTED_UNEXPLAINED: "that process left no readable reference record"}.get(why, why)
+    cause = REFUTED_CAUSE.get(why, why)
     detail = ("the solution's process reported PASS but the verifier (reference computed in a process that never "
               f"imported the solution) refutes it ({cause}): {lines[-1] if lines else '?'}")
     run.emit("done", outcome="fail", reason="check_forged")

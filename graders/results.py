@@ -12,6 +12,14 @@ REFUTED_FORGED = "compare_subverted"  # the output is out of tolerance of that p
 REFUTED_REF_SHIFT = "reference_shifted"  # that process's reference differs from the verifier's beyond tolerance
 REFUTED_UNSTABLE = "reference_unstable"  # the two references agree within tolerance; the output lies between
 REFUTED_UNEXPLAINED = "no_reference_record"  # that process left no readable reference record
+# What each kind says, for the grade's detail and the verdict's reason alike.
+REFUTED_CAUSE = {
+    REFUTED_FORGED: "its own reference (recorded beside the output) refutes the output too, so its comparison was "
+                    "subverted",
+    REFUTED_REF_SHIFT: "the reference that process computed differs from the verifier's, so something in it (a "
+                       "global numerics flag, a patched reference) shifted the reference",
+    REFUTED_UNEXPLAINED: "that process left no readable reference record",
+}
 # A checked_vs_timed result whose numbers["kind"] is this failed because the CODE run depends on the
 # inputs' magnitude (the deck's numeric-stress inputs run ops or Triton kernels/flags the benchmark's
 # inputs never run), not because an output was wrong: honesty evidence, not a correctness failure.

@@ -9,7 +9,7 @@ loads the solution's OUTPUTS (plain tensors, `torch.load(weights_only=True)`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ def _to_device(x: Any, device: str) -> Any:
     return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
-def _drawn(spec: ProblemSpec, device: str, seed: int, exact: bool, draw: Any) -> Any:
+def _drawn(spec: ProblemSpec, device: str, seed: int, exact: bool, draw: Callable[[], Any]) -> Any:
     """`draw()` after seeding, where a probe's case is drawn.
 
     A probe compares the solution with a reference that the untrusted runner and the trusted

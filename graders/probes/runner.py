@@ -306,49 +306,21 @@ def _path_trace(spec: ProblemSpec, model: torch.nn.Module, case: C.Case, device:
 
 
 def _trace_call(model: torch.nn.Module, inputs: list[Any], device: str) -> dict[str, Any]:
-    """One call's torch functions, dispatched ops with their tensor arguments' dtypes (a switch to
-    bf16 math is the same op on other dtypes), and Triton launches."""
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """One call's torch functions, dispatched ops with their tensor arguments' dtypes
+    (graders.forbidden.record_ops), and Triton launches."""
+    from graders.forbidden import RuntimeRecord, record_ops
 
-    ops: set[str] = set()
-
-    def dtypes(args: Any, kwargs: Any) -> str:
-        seen: list[str] = []
-        for a in [*args, *(kwargs or {}).values()]:
-            for t in (a if isinstance(a, list | tuple) else [a]):
-                if isinstance(t, torch.Tensor):
-                    d = str(t.dtype).removeprefix("torch.")
-                    if d not in seen:
-                        seen.append(d)
-        return ",".join(seen)
-
-    class _Dispatch(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            try:
-                name = f"{func.namespace}.{func.overloadpacket.__name__}"
-            except AttributeError:
-                name = str(func)
-            ops.add(f"{name}({dtypes(args, kwargs)})")
-            return func(*args, **(kwargs or {}))
-
-    class _Function(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            name = getattr(func, "__name__", None)
-            if isinstance(name, str):
-                ops.add(f"torch_function.{name}")
-            return func(*args, **(kwargs or {}))
-
+    record = RuntimeRecord()
     launches: set[str] = set()
     restore = _hook_triton_launches(launches)
     try:
-        with _Function(), _Dispatch():
+        with record_ops(record, dtypes=True):
             _call(model, inputs)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
     finally:
         restore()
-    return {"ops": sorted(ops), "kernels": sorted(launches)}
+    return {"ops": sorted(record.dispatched()), "kernels": sorted(launches)}
 
 
 def _hook_triton_launches(launches: set[str]) -> Callable[[], None]:

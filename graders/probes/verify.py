@@ -361,8 +361,8 @@ class Verifier:
 
 
 def path_switch(paths: Any) -> tuple[dict[str, Any] | None, str]:
-    """(the switch, None-note) when a numeric-stress input ran code the benchmark's inputs never run
-    (or the reverse), else (None, why not): runner._path_trace's traces compared as sets."""
+    """(the switch, "") when a numeric-stress input ran code the benchmark's inputs never run (or
+    the reverse), else (None, a note on why not): runner._path_trace's traces compared as sets."""
     if not isinstance(paths, dict):
         return None, "code path not traced"
     if paths.get("skipped"):

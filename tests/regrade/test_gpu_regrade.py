@@ -40,6 +40,11 @@ def _record(name: str, grade: GradeResult, wall: float, **extra: Any) -> None:
         "probes": {p.probe: {"status": p.status.value, "summary": p.summary} for p in grade.probes},
         **extra,
     }
+    _append(rec)
+
+
+def _append(rec: dict[str, Any]) -> None:
+    """One JSON line of lane evidence in $KAUDIT_GPU_RESULTS."""
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("a") as fh:
         fh.write(json.dumps(rec, default=str) + "\n")
@@ -186,11 +191,9 @@ def _run_worker(tmp_path: Path, archives: dict[str, tuple[Path, str, list[str] |
             if name in out or job is None or job.state not in ("succeeded", "failed"):
                 continue
             out[name] = job
-            rec = {"example": f"worker {archives[name][1][:2]} {name}", "job_state": job.state,
-                   "attempts": job.attempts, "error": job.error, "result": job.result,
-                   "t_s": round(time.monotonic() - t, 1)}
-            with RESULTS.open("a") as fh:
-                fh.write(json.dumps(rec, default=str) + "\n")
+            _append({"example": f"worker {archives[name][1][:2]} {name}", "job_state": job.state,
+                     "attempts": job.attempts, "error": job.error, "result": job.result,
+                     "t_s": round(time.monotonic() - t, 1)})
 
     try:
         while time.monotonic() - t < float(os.environ.get("KAUDIT_GPU_WORKER_WAIT_S", "900")):
@@ -205,10 +208,8 @@ def _run_worker(tmp_path: Path, archives: dict[str, tuple[Path, str, list[str] |
         if name not in out:  # still queued or running when the wait ran out: say where it was
             job = svc.jobs.get(job_id)
             out[name] = job
-            rec = {"example": f"worker {archives[name][1][:2]} {name}", "job_state": getattr(job, "state", None),
-                   "unfinished_after_s": round(time.monotonic() - t, 1), "progress": getattr(job, "progress", None)}
-            with RESULTS.open("a") as fh:
-                fh.write(json.dumps(rec, default=str) + "\n")
+            _append({"example": f"worker {archives[name][1][:2]} {name}", "job_state": getattr(job, "state", None),
+                     "unfinished_after_s": round(time.monotonic() - t, 1), "progress": getattr(job, "progress", None)})
     return out
 
 
