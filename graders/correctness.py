@@ -136,6 +136,22 @@ def _fingerprint(v: Any) -> tuple[int, int | None]:
 
 _INTEGRITY: list[_GraderIntegrity] = []  # the active snapshot (one check at a time per process)
 
+# Where the check and the verifier report which stage they reached (advisory progress, never a
+# result: the sandbox child forwards it so a lane log shows where a slow check spends its time).
+_STAGE_SINK: list[Callable[[str], None]] = []
+
+
+def set_stage_sink(sink: Callable[[str], None] | None) -> None:
+    _STAGE_SINK[:] = [sink] if sink is not None else []
+
+
+def _stage(name: str) -> None:
+    for sink in _STAGE_SINK:
+        try:
+            sink(name)
+        except Exception:  # a broken progress channel must not fail a check
+            pass
+
 
 class _Fail(Exception):
     """A check failure carrying its FAIL line."""
@@ -426,14 +442,17 @@ def verify_recorded(problem_dir: Path, record_dir: Path, *, device: str, shapes:
     try:
         for si, shape in enumerate(spec.shape_list(shapes)):
             spec.apply_shape(shape)
+            _stage(f"verify shape {si}")
+            # one reference model per shape (seeded with the first seed) and one input draw per
+            # (shape, seed), as the solution's process does (_import_and_run); every seed starts
+            # from the base state, and a case that scales state gets the base back
+            torch.manual_seed(seeds[0])
+            init = list(spec.reference.get_init_inputs())
+            with spec.draw_context(device):
+                ref = spec.model_class(*init).to(device).eval()
+            base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
             for seed in seeds:
-                # one reference model and one input draw per (shape, seed), as the solution's
-                # process does (_import_and_run); a case that scales state gets the base back
-                torch.manual_seed(seed)
-                init = list(spec.reference.get_init_inputs())
-                with spec.draw_context(device):
-                    ref = spec.model_class(*init).to(device).eval()
-                base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
+                ref.load_state_dict(base, strict=True)
                 draws = _Draws(spec, seed, device)
                 for case in cases:
                     name = case.name if case else "nominal"
@@ -474,7 +493,8 @@ def verify_recorded(problem_dir: Path, record_dir: Path, *, device: str, shapes:
                         return {"passed": False, "lines": [*lines, f.line], "cases": n, "refuted": kind}
                     n += 1
                     del inputs, ref_out, got
-                del ref, base, draws
+                del draws
+            del ref, base
     except _Fail as f:
         lines.append(f.line)
         return {"passed": False, "lines": lines, "cases": n}
@@ -909,6 +929,7 @@ def _import_and_run(
 
     try:
         # -- runtime recorder pass ------------------------------------------------------------
+        _stage("recorded pass")
         record = RuntimeRecord(modules=set(imported))
         small = spec.shape_list("small")[0]
         note = _recorded_pass(runner, small, seeds[0], record, forbidden_list)
@@ -929,9 +950,17 @@ def _import_and_run(
         cases: list[StressCase | None] = [None, *spec.numeric_stress]
         for si, shape in enumerate(shape_list):
             spec.apply_shape(shape)
+            _stage(f"shape {si}")
+            # one model pair per shape, as the deck's own check.py builds them (a KBH deck's 06
+            # draws gigabytes of expert weights on the CPU per build), seeded with the first seed
+            # so the verifier rebuilds the same weights; every seed starts from the base state
+            ref, sol = runner.build(si, seeds[0], _Where(si, shape, seeds[0], "nominal"))
+            base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
             for seed in seeds:
-                ref, sol = runner.build(si, seed, _Where(si, shape, seed, "nominal"))
-                base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
+                if seed != seeds[0]:
+                    ref.load_state_dict(base, strict=True)
+                    with _solution_stdout():
+                        sol.load_state_dict(base, strict=True)
                 draws = _Draws(spec, seed, device)
                 for case in cases:
                     name = case.name if case else "nominal"
@@ -953,10 +982,12 @@ def _import_and_run(
                         ref.load_state_dict(base, strict=True)
                         with _solution_stdout():
                             sol.load_state_dict(base, strict=True)
-                del ref, sol, base, draws
+                del draws
+            del ref, sol, base
 
         # -- property plan ----------------------------------------------------------------------
         if spec.has_property_cases and pseed is not None:
+            _stage("property plan")
             rng = random.Random(pseed)
             for j in range(spec.property_cases):
                 cseed = rng.randrange(2**31)
@@ -968,6 +999,7 @@ def _import_and_run(
                 compare_output(o, r, spec.tolerance, spec.output, where, x0)
 
         if kbh_plan is not None:
+            _stage("kbh property stress")
             psi = spec.kbh_property_shape or 0
             pwhere = _Where(psi, spec.shapes[psi], kbh_property.PROPERTY_SEED, "kbh_property", prop=True)
             why = kbh_property.run(spec, kbh_plan, lambda i: runner.build(i, seeds[0], pwhere), device)
@@ -982,6 +1014,7 @@ def _import_and_run(
         else:
             order = list(range(len(shape_list)))
         for si in order:
+            _stage(f"repeat and overwrite shape {si}")
             _repeat_and_overwrite(runner, si, shape_list[si], seeds[0])
     except _Fail as f:
         out(f.line)

@@ -62,6 +62,11 @@ def step_env(params: dict[str, Any]) -> dict[str, Any]:
 _progress: Any = None  # set by main(): sends a progress message on the result channel
 
 
+def _stage_progress(stage: str) -> None:
+    if _progress is not None:
+        _progress({"stage": stage})
+
+
 def _emitter(lines: list[str], phase: str) -> Any:
     def emit(line: str) -> None:
         lines.append(line)
@@ -75,8 +80,9 @@ def step_check(params: dict[str, Any]) -> dict[str, Any]:
     env = step_env(params)  # before the solution: what this sandbox offers (GPU visible? versions)
     if params.get("device") == "cuda" and not env.get("cuda_available"):
         return {"env": env, "passed": False, "lines": [], "framework": None, "no_cuda": True}
-    from graders.correctness import run_check
+    from graders.correctness import run_check, set_stage_sink
 
+    set_stage_sink(_stage_progress)
     lines: list[str] = []
     outcome = run_check(
         Path(params["solution"]),
@@ -99,8 +105,9 @@ def step_check(params: dict[str, Any]) -> dict[str, Any]:
 
 def step_check_verify(params: dict[str, Any]) -> dict[str, Any]:
     """Trusted: the check's recorded outputs against references computed here (no solution import)."""
-    from graders.correctness import verify_recorded
+    from graders.correctness import set_stage_sink, verify_recorded
 
+    set_stage_sink(_stage_progress)
     return verify_recorded(Path(params["problem_dir"]), Path(params["record_dir"]), device=params["device"],
                            shapes=params["shapes"])
 

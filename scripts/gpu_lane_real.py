@@ -220,9 +220,10 @@ def one(args: argparse.Namespace) -> int:
         grade = regrade(sol_dir, problem, loc.root, device=args.device, probes=probes, lock=lock,
                         timeout_s=float(args.step_timeout), mode=args.mode, gpu=int(args.gpu),
                         sandbox_mode=args.sandbox,
-                        progress=lambda phase, info: log(f"    [{phase}] {json.dumps(info, default=str)[:200]}")
+                        progress=lambda phase, info: log(f"    [+{time.monotonic() - t0:6.1f}s {phase}] "
+                                                         f"{json.dumps(info, default=str)[:200]}")
                         if phase not in ("check", "benchmark", "probes", "probes_fresh", "probes_verify")
-                        or info.get("state") == "start" else None)
+                        or info.get("state") == "start" or "stage" in info else None)
     rec["wall_s"] = round(time.monotonic() - t0, 1)
     rec["grade"] = grade.evidence()
     Path(args.result_file).write_text(json.dumps(rec, default=str))

@@ -171,3 +171,35 @@ def test_only_a_reference_that_does_not_reproduce_is_unstable(tmp_path: Path) ->
     assert _why_refuted(tmp_path / "missing.out", *args, lambda: true.clone()) == REFUTED_UNEXPLAINED
     OutputRecorder(tmp_path).record(f"k{REF_SUFFIX}", true)  # its own reference refutes its output too
     assert _why_refuted(path, *args, lambda: true.clone()) == REFUTED_FORGED
+
+
+@pytest.mark.slow
+def test_check_and_verifier_report_their_stages_and_build_one_model_pair_per_shape(tmp_path: Path) -> None:
+    from graders import correctness
+
+    stages: list[str] = []
+    builds: list[int] = []
+    real_build = correctness._Runner.build
+
+    def counting_build(self: Any, shape_index: int, seed: int, where: Any) -> Any:
+        builds.append(shape_index)
+        return real_build(self, shape_index, seed, where)
+
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    correctness.set_stage_sink(stages.append)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(correctness._Runner, "build", counting_build)
+            outcome = run_check(SOLUTIONS / "gemm" / "good.py", GEMM, device="cpu", shapes="small", record_dir=rec)
+        assert outcome.passed, outcome.lines
+        n_shapes = len(load_problem(GEMM).shape_list("small"))
+        # the graded grid builds one pair per shape (not per seed); the repeat/overwrite pass one more
+        assert len(builds) == n_shapes + 1 and sorted(set(builds)) == list(range(n_shapes)), builds
+        assert stages[0] == "recorded pass" and "shape 0" in stages, stages
+        assert any(s.startswith("repeat and overwrite") for s in stages), stages
+        stages.clear()
+        assert verify_recorded(GEMM, rec, device="cpu", shapes="small")["passed"]
+        assert stages == [f"verify shape {i}" for i in range(n_shapes)], stages
+    finally:
+        correctness.set_stage_sink(None)
