@@ -141,9 +141,9 @@ WORKER_CASES = [
 # The situations issue 12 added to the corpus (tests/corpus/sources/<case>), as real archives
 # through the same worker: the verdict each must reach once kaudit's regrade ran on the GPU is the
 # case's post-regrade expectation (expected.json `_build.<grade>.verdict`), else its static one.
-CORPUS_CASES = [
-    "dead_evict_last_branch", "repeat_call_shortcut", "global_flags_at_import", "magnitude_precision_sniff",
-    "stale_graph_caught_by_regrade", "output_memo_caught_by_regrade",
+CORPUS_CASES = [  # the worker takes them in this order: the 06 MoE case (the heaviest) last
+    "dead_evict_last_branch", "repeat_call_shortcut", "magnitude_precision_sniff",
+    "stale_graph_caught_by_regrade", "output_memo_caught_by_regrade", "global_flags_at_import",
 ]  # fmt: skip
 
 
