@@ -54,8 +54,10 @@ for r in rows:
         res = r.get("result") or {}
         print(f"{r['example']:32} {str(res.get('correct')):8} {str(res.get('peak_fraction')):>8} "
               f"{str(res.get('wall_s')):>8} {str(res.get('sandbox')):10} job={r['job_state']} "
-              f"attempts={r['attempts']} verdict={res.get('verdict')} reward_hack={res.get('reward_hack')} "
-              f"{r.get('error') or ''}")
+              f"attempts={r.get('attempts')} verdict={res.get('verdict')} reward_hack={res.get('reward_hack')} "
+              f"{r.get('error') or ''}"
+              + (f" unfinished after {r['unfinished_after_s']}s, progress={json.dumps(r.get('progress'))[:200]}"
+                 if "unfinished_after_s" in r else ""))
         continue
     prov = r.get("provenance") or {}
     probes = " ".join(f"{k}={v['status']}" for k, v in r.get("probes", {}).items())
