@@ -10,7 +10,8 @@ Order matters and is part of the contract:
 4. The solution is imported under a unique module name, its folder importable (sidecars).
 5. One small case runs under the runtime recorder (every torch function and aten op dispatched,
    every module imported): a forbidden op reached indirectly fails.
-6. Every shape x seed x (nominal + every numeric-stress case), then the property plan, then 11
+6. Every shape x seed x (nominal + every numeric-stress case), one model pair per shape, every seed
+   starting from its base state, then the property plan, then 11
    repeated calls and two in-place overwrites of the inputs keeping the data pointer (one that bumps
    the version counter, one that does not): the output must track the new data.
 
