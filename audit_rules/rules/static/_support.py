@@ -633,8 +633,66 @@ def _attr_dtypes(sub: Submission) -> dict[str, str]:
     return out
 
 
+# Names a transcription keeps whatever it renames: the grader's interface.
+_INTERFACE_NAMES = frozenset({"self", "cls", "Model", "forward", "__init__", "get_inputs", "get_init_inputs"})
+
+
+def _canonical_names(tree: ast.AST) -> None:
+    """Rename, in place, every name a function binds (parameters, locals) to `a0, a1, ...` in order of
+    first appearance in that function, and every other name the module binds (functions, classes,
+    globals) to `g0, g1, ...` likewise: two copies of the same code that differ only in their own
+    names unparse the same (alpha-equivalence); imported and builtin names are kept."""
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+                for a in n.names}
+    keep = _INTERFACE_NAMES | imported
+
+    def bound_in(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+        out: list[str] = []
+        args = fn.args
+        for a in [*args.posonlyargs, *args.args, *([args.vararg] if args.vararg else []), *args.kwonlyargs,
+                  *([args.kwarg] if args.kwarg else [])]:
+            out.append(a.arg)
+        stack: list[ast.AST] = list(fn.body)
+        while stack:
+            node = stack.pop(0)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+                continue  # a nested scope names its own
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                out.append(node.id)
+            stack.extend(ast.iter_child_nodes(node))
+        return list(dict.fromkeys(n for n in out if n not in keep))
+
+    module_names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            module_names.append(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            module_names.append(node.id)
+    globals_map = {n: f"g{i}" for i, n in enumerate(dict.fromkeys(n for n in module_names if n not in keep))}
+
+    def rename(node: ast.AST, local: dict[str, str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            scope = local
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                scope = {**local, **{n: f"a{i}" for i, n in enumerate(bound_in(child))}}
+                if child.name in globals_map:
+                    child.name = globals_map[child.name]
+                for a in ast.walk(child.args):
+                    if isinstance(a, ast.arg) and a.arg in scope:
+                        a.arg = scope[a.arg]
+            elif isinstance(child, ast.ClassDef) and child.name in globals_map:
+                child.name = globals_map[child.name]
+            elif isinstance(child, ast.Name):
+                child.id = scope.get(child.id, globals_map.get(child.id, child.id))
+            elif isinstance(child, ast.keyword) and child.arg is not None:
+                child.arg = scope.get(child.arg, child.arg)  # a kernel's own parameter passed by name
+            rename(child, scope)
+
+    rename(tree, {})
+
+
 def _normalized_lines(tree: ast.AST) -> list[str]:
-    """The module's code without docstrings, unparsed one statement per line."""
+    """The module's code without docstrings, its own names canonical, one statement per line."""
     import copy
 
     t = copy.deepcopy(tree)
@@ -643,6 +701,7 @@ def _normalized_lines(tree: ast.AST) -> list[str]:
             first = n.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
                 n.body = n.body[1:] or [ast.Pass()]
+    _canonical_names(t)
     return [ln.strip() for ln in ast.unparse(t).splitlines() if ln.strip()]
 
 
