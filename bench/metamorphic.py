@@ -1,4 +1,4 @@
-"""Metamorphic check of the static audit: rename every identifier a solution defines, re-audit, compare.
+"""Metamorphic check of the static audit: rewrite every solution without changing what it does, re-audit, compare.
 
 kaudit is judged on runs it has not seen. A rule that understands the code (data flow, what is
 cached and returned, live and dead paths) gives the same verdict when the solution's own names
@@ -9,6 +9,11 @@ parameters and the keyword arguments that feed them) replaced by `v<n>`, comment
 untouched, then runs bench/fidelity.py on both corpora and lists every run whose verdict moved.
 
     PYTHONPATH=. python bench/metamorphic.py ../shared/kbh-dev --out /tmp/kbh-renamed [--jobs 2]
+    PYTHONPATH=. python bench/metamorphic.py ../shared/kbh-dev --out /tmp/kbh-stripped --transform strip
+
+`--transform strip` removes comments and docstrings instead (the code re-printed by ast.unparse):
+a verdict that moves then rested on what the author wrote about the code, which may be legitimate
+evidence of intent (a docstring claiming a kernel that does not exist) but never the only kind.
 
 Renaming can break what the solution does at run time (a renamed keyword argument of a torch call);
 the static audit never runs it. The corpus copy is written under --out and never committed.
@@ -101,7 +106,21 @@ def rename(source: str) -> str:
     return text
 
 
-def rewrite_archive(src: Path, dest: Path) -> bool:
+def strip(source: str) -> str:
+    """Comments and docstrings gone, the code re-printed (ast.unparse): what the code does, alone."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.unparse(tree) + "\n"
+
+
+TRANSFORMS = {"rename": rename, "strip": strip}
+
+
+def rewrite_archive(src: Path, dest: Path, transform: str = "rename") -> bool:
     """Copy `src` to `dest` with its solution.py renamed; False when it has none (copied as is)."""
     changed = False
     with tempfile.TemporaryDirectory(prefix="metamorphic-") as tmp, tarfile.open(src) as tin:
@@ -110,7 +129,7 @@ def rewrite_archive(src: Path, dest: Path) -> bool:
             if "template_files" in sol.parts or "repo" in sol.parts:
                 continue
             try:
-                sol.write_text(rename(sol.read_text()))
+                sol.write_text(TRANSFORMS[transform](sol.read_text()))
                 changed = True
             except (SyntaxError, UnicodeDecodeError, ValueError):
                 pass
@@ -135,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("corpus", type=Path)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--transform", choices=sorted(TRANSFORMS), default="rename",
+                    help="rename: every bound name -> v<n>; strip: comments and docstrings removed")
     ap.add_argument("--decks", nargs="*", default=None, help="deck folders (default: the corpus's ../kbh-upstream)")
     args = ap.parse_args(argv)
     if args.out.exists():
@@ -143,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copy(args.corpus / "labels.json", args.out / "labels.json")
     renamed = 0
     for archive in sorted((args.corpus / "archives").glob("*.tar.gz")):
-        renamed += rewrite_archive(archive, args.out / "archives" / archive.name)
-    print(f"# {renamed} solutions renamed", flush=True)
+        renamed += rewrite_archive(archive, args.out / "archives" / archive.name, args.transform)
+    print(f"# {renamed} solutions rewritten ({args.transform})", flush=True)
     # the decks of the ORIGINAL corpus (bench/fidelity.py's default is relative to the corpus folder)
     upstream = args.corpus.resolve().parent / "kbh-upstream" / "hard"
     decks = args.decks or [str(p) for p in sorted(upstream.glob("problems-*")) if p.is_dir()]
