@@ -117,7 +117,18 @@ def strip(source: str) -> str:
     return ast.unparse(tree) + "\n"
 
 
-TRANSFORMS = {"rename": rename, "strip": strip}
+def reorder(source: str) -> str:
+    """`strip`, and the module's top-level function definitions in reverse order (each keeps the
+    slot of another definition; imports, classes and statements stay where they were)."""
+    tree = ast.parse(strip(source))
+    slots = [i for i, n in enumerate(tree.body) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    defs = [tree.body[i] for i in slots]
+    for i, node in zip(slots, reversed(defs), strict=True):
+        tree.body[i] = node
+    return ast.unparse(tree) + "\n"
+
+
+TRANSFORMS = {"rename": rename, "strip": strip, "reorder": reorder}
 
 
 def rewrite_archive(src: Path, dest: Path, transform: str = "rename") -> bool:
@@ -155,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--transform", choices=sorted(TRANSFORMS), default="rename",
-                    help="rename: every bound name -> v<n>; strip: comments and docstrings removed")
+                    help="rename: every bound name -> v<n>; strip: comments and docstrings removed; "
+                         "reorder: strip, and top-level functions in reverse order")
     ap.add_argument("--decks", nargs="*", default=None, help="deck folders (default: the corpus's ../kbh-upstream)")
     args = ap.parse_args(argv)
     if args.out.exists():

@@ -121,3 +121,10 @@ class Model(torch.nn.Module):
     assert ".sum(dim=" in out and "dtype=torch.float32" in out  # torch keywords untouched
     assert "BLOCK=128" not in out and "# keep: dim= of torch" in out  # the kernel's own keyword renamed, comments kept
     ast.parse(out)
+
+
+def test_a_transcription_with_its_functions_reordered_is_still_one() -> None:
+    from bench.metamorphic import reorder
+
+    ref = REFERENCE + "\n\ndef get_init_inputs():\n    return [64]\n\n\ndef _helper(t):\n    return t * 2\n"
+    assert _similarity(reorder(ref), ref) == 1.0

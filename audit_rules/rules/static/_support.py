@@ -640,8 +640,8 @@ _INTERFACE_NAMES = frozenset({"self", "cls", "Model", "forward", "__init__", "ge
 def _canonical_names(tree: ast.AST) -> None:
     """Rename, in place, every name a function binds (parameters, locals) to `a0, a1, ...` in order of
     first appearance in that function, and every other name the module binds (functions, classes,
-    globals) to `g0, g1, ...` likewise: two copies of the same code that differ only in their own
-    names unparse the same (alpha-equivalence); imported and builtin names are kept."""
+    globals) to `g`: two copies of the same code that differ only in their own names unparse the
+    same (alpha-equivalence); imported and builtin names are kept."""
     imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
                 for a in n.names}
     keep = _INTERFACE_NAMES | imported
@@ -668,7 +668,9 @@ def _canonical_names(tree: ast.AST) -> None:
             module_names.append(node.name)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             module_names.append(node.id)
-    globals_map = {n: f"g{i}" for i, n in enumerate(dict.fromkeys(n for n in module_names if n not in keep))}
+    # one placeholder for every module-level name of its own: numbering them by appearance would tie
+    # the comparison to the order of the module's definitions
+    globals_map = {n: "g" for n in module_names if n not in keep}
 
     def rename(node: ast.AST, local: dict[str, str]) -> None:
         for child in ast.iter_child_nodes(node):
@@ -692,7 +694,9 @@ def _canonical_names(tree: ast.AST) -> None:
 
 
 def _normalized_lines(tree: ast.AST) -> list[str]:
-    """The module's code without docstrings, its own names canonical, one statement per line."""
+    """The module's code without docstrings, its own names canonical, one statement per line, its
+    top-level statements (a whole function or class each) in a canonical order: the comparison
+    does not depend on the order the module defines things in."""
     import copy
 
     t = copy.deepcopy(tree)
@@ -702,7 +706,9 @@ def _normalized_lines(tree: ast.AST) -> list[str]:
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
                 n.body = n.body[1:] or [ast.Pass()]
     _canonical_names(t)
-    return [ln.strip() for ln in ast.unparse(t).splitlines() if ln.strip()]
+    body = t.body if isinstance(t, ast.Module) else [t]
+    blocks = sorted(tuple(ln.strip() for ln in ast.unparse(stmt).splitlines() if ln.strip()) for stmt in body)
+    return [ln for block in blocks for ln in block]
 
 
 def reference_similarity(module: PyModule, reference_source: str | None) -> float | None:
