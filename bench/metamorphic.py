@@ -108,12 +108,10 @@ def rename(source: str) -> str:
 
 def strip(source: str) -> str:
     """Comments and docstrings gone, the code re-printed (ast.unparse): what the code does, alone."""
+    from audit_rules.rules.static._support import strip_docstrings
+
     tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                node.body = node.body[1:] or [ast.Pass()]
+    strip_docstrings(tree)
     return ast.unparse(tree) + "\n"
 
 

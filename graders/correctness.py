@@ -671,6 +671,12 @@ class _Runner:
             raise _Fail(check_fail_line("state_dict_mismatch", shape=shape_index, detail=_one_line(exc))) from None
         return ref, sol
 
+    def restore(self, ref: torch.nn.Module, sol: torch.nn.Module, base: dict[str, torch.Tensor]) -> None:
+        """Both models back to the base state (a version-bumping write, as the deck's grader makes)."""
+        ref.load_state_dict(base, strict=True)
+        with _solution_stdout():
+            sol.load_state_dict(base, strict=True)
+
     def run_pair(
         self, ref: torch.nn.Module, sol: torch.nn.Module, inputs: list[Any], where: _Where,
         record: Callable[[Any], None] | None = None, record_ref: Callable[[Any], None] | None = None,
@@ -959,17 +965,13 @@ def _import_and_run(
             base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
             for seed in seeds:
                 if seed != seeds[0]:
-                    ref.load_state_dict(base, strict=True)
-                    with _solution_stdout():
-                        sol.load_state_dict(base, strict=True)
+                    runner.restore(ref, sol, base)
                 draws = _Draws(spec, seed, device)
                 for case in cases:
                     name = case.name if case else "nominal"
                     where = _Where(si, shape, seed, name)
                     if case is not None and case.scale_state:
-                        ref.load_state_dict(base, strict=True)
-                        with _solution_stdout():
-                            sol.load_state_dict(base, strict=True)
+                        runner.restore(ref, sol, base)
                     inputs = draws.take()
                     if case is not None:
                         runner.scale_case(ref, sol, inputs, case, where)
@@ -980,9 +982,7 @@ def _import_and_run(
                     o, r, x0 = runner.run_pair(ref, sol, inputs, where, rec, rec_ref)
                     compare_output(o, r, case.tolerance if case else spec.tolerance, spec.output, where, x0)
                     if case is not None and case.scale_state:
-                        ref.load_state_dict(base, strict=True)
-                        with _solution_stdout():
-                            sol.load_state_dict(base, strict=True)
+                        runner.restore(ref, sol, base)
                 del draws
             del ref, sol, base
 

@@ -693,6 +693,15 @@ def _canonical_names(tree: ast.AST) -> None:
     rename(tree, {})
 
 
+def strip_docstrings(tree: ast.AST) -> None:
+    """Remove, in place, the docstring of the module and of every class and function."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body:
+            first = n.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                n.body = n.body[1:] or [ast.Pass()]
+
+
 def _normalized_lines(tree: ast.AST) -> list[str]:
     """The module's code without docstrings, its own names canonical, one statement per line, its
     top-level statements (a whole function or class each) in a canonical order: the comparison
@@ -700,11 +709,7 @@ def _normalized_lines(tree: ast.AST) -> list[str]:
     import copy
 
     t = copy.deepcopy(tree)
-    for n in ast.walk(t):
-        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body:
-            first = n.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                n.body = n.body[1:] or [ast.Pass()]
+    strip_docstrings(t)
     _canonical_names(t)
     body = t.body if isinstance(t, ast.Module) else [t]
     blocks = sorted(tuple(ln.strip() for ln in ast.unparse(stmt).splitlines() if ln.strip()) for stmt in body)
