@@ -68,7 +68,9 @@ def _one_archive(archive: Path, deck_dir: Path, repeats: int, max_window_trials:
                     return sol(*inputs)
 
             settle = _settle(call, torch)
-            deck = [timer.measure(call, warmup=spec.warmup, trials=spec.trials).median_ms for _ in range(repeats)]
+            deck_stats = [timer.measure(call, warmup=spec.warmup, trials=spec.trials) for _ in range(repeats)]
+            deck = [st.median_ms for st in deck_stats]
+            host_inclusive = statistics.median(st.host_inclusive_ms or math.nan for st in deck_stats)
             per_call = float(settle["chunk_ms_last"] or 1.0)
             trials = min(max_window_trials, max(spec.trials, math.ceil(MIN_WINDOW_MS / per_call)))
             window = [timer.measure(call, warmup=spec.warmup, trials=trials).median_ms for _ in range(repeats)]
@@ -83,13 +85,18 @@ def _one_archive(archive: Path, deck_dir: Path, repeats: int, max_window_trials:
                 "spread_window": (max(window) - min(window)) / statistics.median(window),
                 "agreement_window": abs(statistics.median(window) - ref) / ref,
                 "launch_sync_overhead_ms": timer.overhead_ms, "settle": settle,
+                "host_inclusive_median_ms": host_inclusive, "hold_ms": deck_stats[0].hold_ms,
+                "host_enqueue_ms": deck_stats[0].host_enqueue_ms,
+                "uncovered": sum(st.uncovered for st in deck_stats),
+                "escape": any(st.timing_escape for st in deck_stats),
                 "seconds": round(time.monotonic() - t0, 1),
             }
             row["ok"] = row["agreement"] <= AGREEMENT_TARGET and row["spread_deck_trials"] <= SPREAD_TARGET
             rows.append(row)
             print(f"{run.run_id[:58]:58s} s{si} kaudit {kaudit:.4f} ms do_bench {ref:.4f} ms "
                   f"agree {100 * row['agreement']:.2f}% spread@{spec.trials} {100 * row['spread_deck_trials']:.2f}% "
-                  f"spread@{trials} {100 * row['spread_window']:.2f}% overhead {timer.overhead_ms:.4f} ms "
+                  f"spread@{trials} {100 * row['spread_window']:.2f}% host-inclusive {host_inclusive:.4f} ms "
+                  f"hold {row['hold_ms']:.4f} ms uncovered {row['uncovered']} overhead {timer.overhead_ms:.4f} ms "
                   f"settled={settle['settled']}", flush=True)
             del sol, inputs
             torch.cuda.empty_cache()

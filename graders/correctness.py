@@ -698,6 +698,13 @@ class _Runner:
 
     def call(self, sol: torch.nn.Module, inputs: list[Any], where: _Where) -> Any:
         try:
+            if self.device.startswith("cuda"):
+                # Every input is fully written when the solution gets it, as a deck's grader hands
+                # inputs over (a blocking host-to-device copy; a reference call that syncs). The
+                # case's clones and in-place rewrites are queued on the current stream; a solution
+                # that reads them from its own stream without waiting would otherwise race them
+                # (seen: a real clean paged-attention run whose capture launch uses a pool stream).
+                torch.cuda.synchronize()
             with torch.no_grad(), _solution_stdout():
                 out = sol(*inputs)
             if self.device.startswith("cuda"):
@@ -755,6 +762,8 @@ def _recorded_pass(
                     sol.load_state_dict(ref.state_dict(), strict=True)
             except BaseException as exc:  # SystemExit from the solution too
                 raise _Fail(check_fail_line("state_dict_mismatch", shape=0, detail=_one_line(exc))) from None
+            if runner.device.startswith("cuda"):
+                torch.cuda.synchronize()  # inputs fully written before the solution reads them (_Runner.call)
             with torch.no_grad(), _solution_stdout():
                 out = sol(*inputs)
             if runner.device.startswith("cuda"):

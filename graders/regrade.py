@@ -429,7 +429,8 @@ def disagreements(off: OfficialResult | None, hard: GradeResult | None) -> list[
                        + (off.fail_line or off.detail or ""))
     po, ph = off.peak_fraction, hard.peak_fraction
     if po is not None and ph is not None and po > 0 and abs(ph - po) / po > PEAK_DISAGREEMENT:
-        out.append(f"peak_fraction: official {po:.4f} vs hardened {ph:.4f} ({(ph - po) / po:+.1%})")
+        out.append(f"peak_fraction: official {po:.4f} vs hardened {ph:.4f} ({(ph - po) / po:+.1%}; the hardened "
+                   "timer counts the call's device work alone, the deck's benchmark.py also its host launch latency)")
     return out
 
 

@@ -67,3 +67,22 @@ def test_benchmark_error_is_a_variant_error_event() -> None:
     assert not out.ok
     log = parse_benchmark_log("\n".join(lines))
     assert [e.event for e in log.events].count("variant_error") == 2 and log.errors
+
+
+def test_device_series_reported_and_host_inclusive_kept() -> None:
+    # Host-inclusive calls see 0.09 ms (0.04 ms of it the host's launch latency); the calls queued
+    # behind the GPU-side hold see the device work alone (0.05 ms): that is the reported figure.
+    s = summarize([0.09] * 10, [0.11] * 10, 0.02, 2, 0, "reset", device_events=[0.05, 0.051, 0.049, 0.05],
+                  hold_ms=0.1, host_enqueue_ms=0.04, uncovered=1)
+    assert not s.timing_escape
+    assert s.median_ms == pytest.approx(0.05) and s.trials == 4
+    assert s.host_inclusive_ms == pytest.approx(0.09)
+    assert s.event_ms == [0.05, 0.051, 0.049, 0.05]
+    assert (s.hold_ms, s.host_enqueue_ms, s.uncovered) == (0.1, 0.04, 1)
+
+
+def test_escape_overrides_the_device_series() -> None:
+    # Work on a side stream: the device series (0.01 ms) saw nothing either; the sync-based host
+    # series is what is reported, never the smaller device figure.
+    s = summarize([0.1] * 5, [2.0] * 5, 0.02, 0, 0, "reset", device_events=[0.01] * 20)
+    assert s.timing_escape and s.median_ms == pytest.approx(1.98) and s.trials == 5

@@ -25,13 +25,14 @@ def _moe_up(x_ptr, wg_ptr, wu_ptr, offs_ptr, o_ptr, H, I, BM: tl.constexpr, BN: 
     u = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, H, BK):
         rk = k + tl.arange(0, BK)
-        a = tl.load(x_ptr + rm[:, None] * H + rk[None, :], mask=rm[:, None] < end, other=0.0)
-        bg = tl.load(wg_ptr + e * H * I + rk[:, None] * I + rn[None, :])
-        bu = tl.load(wu_ptr + e * H * I + rk[:, None] * I + rn[None, :])
+        a = tl.load(x_ptr + rm[:, None] * H + rk[None, :], mask=(rm[:, None] < end) & (rk[None, :] < H), other=0.0)
+        wmask = (rk[:, None] < H) & (rn[None, :] < I)
+        bg = tl.load(wg_ptr + e * H * I + rk[:, None] * I + rn[None, :], mask=wmask, other=0.0)
+        bu = tl.load(wu_ptr + e * H * I + rk[:, None] * I + rn[None, :], mask=wmask, other=0.0)
         g += tl.dot(a, bg)
         u += tl.dot(a, bu)
     y = g / (1.0 + tl.exp(-g)) * u
-    tl.store(o_ptr + rm[:, None] * I + rn[None, :], y.to(tl.bfloat16), mask=rm[:, None] < end)
+    tl.store(o_ptr + rm[:, None] * I + rn[None, :], y.to(tl.bfloat16), mask=(rm[:, None] < end) & (rn[None, :] < I))
 
 
 class Model(nn.Module):
