@@ -58,6 +58,9 @@ def _prepare_device(device: str | None) -> str:
     if not dev.startswith("cuda"):
         # Set before the solution (and so triton's @jit) is ever imported in this process.
         os.environ["TRITON_INTERPRET"] = "1"
+        from graders import interp_fixes
+
+        interp_fixes.apply()
     return dev
 
 

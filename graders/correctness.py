@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from graders import interp_fixes
 from graders.forbidden import ForbiddenHit, RuntimeRecord, record_ops, runtime_hits, scan
 from graders.framework import FrameworkReport, detect, gate
 from graders.logformat import check_fail_line, check_pass_line, property_seed_line
@@ -860,6 +861,7 @@ def _run_check(
     if smoke:
         # Must precede the first @triton.jit the solution evaluates (triton reads it per decorator).
         os.environ["TRITON_INTERPRET"] = "1"
+        interp_fixes.apply()
     spec = load_problem(Path(problem_dir))  # trusted config, read before any solution code
     empty = FrameworkReport(framework="unknown")
     outcome = CheckOutcome(False, lines, empty, set(), smoke=smoke)

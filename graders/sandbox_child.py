@@ -167,6 +167,10 @@ def main() -> None:
         chan.write((json.dumps({"nonce": nonce, "kind": kind, **fields}) + "\n").encode())
 
     send("started")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from graders import interp_fixes
+
+        interp_fixes.apply()  # before any solution code: a bf16 tl.dot must not multiply bit patterns
     global _progress
     _progress = lambda data: send("progress", data=_jsonable(data))  # noqa: E731
     table = TRUSTED_STEPS if trusted else UNTRUSTED_STEPS
