@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from graders import interp_fixes
+from graders.callsite import as_script, trampoline
 from graders.forbidden import ForbiddenHit, RuntimeRecord, record_ops, runtime_hits, scan
 from graders.framework import FrameworkReport, detect, gate
 from graders.logformat import check_fail_line, check_pass_line, property_seed_line
@@ -652,6 +653,9 @@ class _Runner:
         self.spec = spec
         self.sol_model = sol_model
         self.device = device
+        # every solution call comes from a frame of the deck's check.py, as under the real grader
+        problem_dir = getattr(spec, "problem_dir", None)
+        self.via = trampoline(str(Path(problem_dir).resolve() / "check.py") if problem_dir else "check.py")
 
     def build(self, shape_index: int, seed: int, where: _Where) -> tuple[torch.nn.Module, torch.nn.Module]:
         spec = self.spec
@@ -707,7 +711,7 @@ class _Runner:
                 # (seen: a real clean paged-attention run whose capture launch uses a pool stream).
                 torch.cuda.synchronize()
             with torch.no_grad(), _solution_stdout():
-                out = sol(*inputs)
+                out = self.via(sol, inputs)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
         except BaseException as exc:  # SystemExit from the solution too
@@ -766,7 +770,7 @@ def _recorded_pass(
             if runner.device.startswith("cuda"):
                 torch.cuda.synchronize()  # inputs fully written before the solution reads them (_Runner.call)
             with torch.no_grad(), _solution_stdout():
-                out = sol(*inputs)
+                out = runner.via(sol, inputs)
             if runner.device.startswith("cuda"):
                 torch.cuda.synchronize()
     except _Fail:
@@ -825,8 +829,11 @@ def run_check(
     # forward), and its modules are dropped afterwards so a later check in this process starts clean.
     sys.path.insert(0, folder)
     try:
-        return _run_check(solution, problem_dir, device=device, shapes=shapes, seeds=seeds, emit=emit,
-                          property_seed=property_seed, enforce_forbidden=enforce_forbidden, record_dir=record_dir)
+        # import and every call as under the deck's check.py (sys.argv, the caller's frame): graders.callsite
+        with as_script(Path(problem_dir).resolve(), "check.py"):
+            return _run_check(solution, problem_dir, device=device, shapes=shapes, seeds=seeds, emit=emit,
+                              property_seed=property_seed, enforce_forbidden=enforce_forbidden,
+                              record_dir=record_dir)
     finally:
         try:
             sys.path.remove(folder)
