@@ -8,6 +8,7 @@ child that never imports the solution, from inputs it rebuilds itself.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -49,14 +50,33 @@ class Recorder:
         self.out_dir = out_dir
         self.prefix = prefix
         self.files: list[str] = []
+        self._last: tuple[list[torch.Tensor], str] | None = None  # the previous save's snapshot and file
 
     def save(self, name: str, out: Any) -> None:
         fname = f"{self.prefix}{name}.pt"
-        torch.save(C.snapshot(out), self.out_dir / fname)
+        snaps = C.snapshot(out)
+        last = self._last
+        linked = False
+        if last is not None and C.bit_identical(last[0], snaps):
+            # the same bits as the previous save (repeat_calls' calls, checked_vs_timed's first and
+            # last): a second name for that file, not another copy (an 06 output is 0.8-1 GB)
+            try:
+                os.link(self.out_dir / last[1], self.out_dir / fname)
+                linked = True
+            except OSError:
+                pass
+        if not linked:
+            torch.save(snaps, self.out_dir / fname)
+        self._last = (snaps, fname)
         self.files.append(fname)
 
 
-def _call(model: torch.nn.Module, inputs: list[Any]) -> Any:
+def _call(model: torch.nn.Module, inputs: list[Any], *, sync: bool = True) -> Any:
+    """One solution call. With `sync` (all but the timed loops, which synchronize before their
+    start event) the device is synchronized first: every input is fully written when the solution
+    gets it, as a grader hands inputs over (graders.correctness._Runner.call)."""
+    if sync and any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
+        torch.cuda.synchronize()
     try:
         with torch.no_grad():
             return model(*inputs)
@@ -377,7 +397,7 @@ def _stream_escape(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: i
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
         e0.record(stream)
-        out = _call(model, case.inputs)
+        out = _call(model, case.inputs, sync=False)
         e1.record(stream)
         e1.synchronize()  # the timed stream only
         t1 = time.perf_counter()
@@ -428,7 +448,7 @@ def _l2_policy(spec: ProblemSpec, sol_mod: Any, shape: dict[str, Any], si: int, 
             torch.cuda.synchronize()
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record(stream)
-            _call(model, case.inputs)
+            _call(model, case.inputs, sync=False)
             e1.record(stream)
             torch.cuda.synchronize()
             times.append(e0.elapsed_time(e1))

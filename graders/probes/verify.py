@@ -8,6 +8,7 @@ observe (exceptions, data_ptr/version facts, CUDA timings, L2 state); correctnes
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ class Verifier:
         self.bench_shapes = self.spec.shape_list("small" if self.device == "cpu" else "all")
         tol = self.spec.tolerance
         self.atol, self.rtol = tol.atol, tol.rtol
+        # cmp's results for the reference object compared last: (ref, [(sol, atol, rtol, result)])
+        self._memo: tuple[list[torch.Tensor], list[tuple[list[torch.Tensor], float, float, dict[str, Any]]]] | None = None
 
     # -- helpers --------------------------------------------------------------------------------
     def load(self, name: str) -> list[torch.Tensor] | None:
@@ -59,9 +62,27 @@ class Verifier:
 
     def cmp(self, sol: list[torch.Tensor], ref: list[torch.Tensor], inputs: list[Any],
             atol: float | None = None, rtol: float | None = None) -> dict[str, Any]:
-        return C.compare(sol, ref, atol=self.atol if atol is None else atol, rtol=self.rtol if rtol is None else rtol,
-                         output_kind=self.spec.output, inputs=[C.snapshot(i)[0] if isinstance(i, torch.Tensor) else i
-                                                               for i in inputs])
+        atol = self.atol if atol is None else atol
+        rtol = self.rtol if rtol is None else rtol
+        topk = self.spec.output == "topk"
+        # C.compare reads the inputs only for a top-k output (gathering at the returned indices):
+        # elsewhere no host copy of them is made (the 06 MoE hidden state is 2 GB, per comparison)
+        snap = [C.snapshot(i)[0] if isinstance(i, torch.Tensor) else i for i in inputs] if topk else None
+        # An output bit-identical to one already compared with the same reference object at the same
+        # tolerance gets that comparison's result (a pure function of those): repeat_calls' saved
+        # calls, checked_vs_timed's first and last, fresh and warm (several full-size passes each).
+        # Never for top-k, whose result also depends on the inputs.
+        memo = self._memo if not topk and self._memo is not None and self._memo[0] is ref else None
+        if memo is not None:
+            for seen, a, r, res in memo[1]:
+                if a == atol and r == rtol and C.bit_identical(seen, sol):
+                    return copy.deepcopy(res)
+        res = C.compare(sol, ref, atol=atol, rtol=rtol, output_kind=self.spec.output, inputs=snap)
+        if not topk:
+            if memo is None:
+                self._memo = memo = (ref, [])
+            memo[1][:] = [*memo[1][-1:], (sol, atol, rtol, copy.deepcopy(res))]  # the last two outputs
+        return res
 
     def entry(self, si: int, probe: str, manifest: dict[str, Any] | None = None, key: str = "shapes") -> dict[str, Any]:
         shapes = (manifest if manifest is not None else self.warm).get(key) or []
@@ -84,19 +105,20 @@ class Verifier:
             if sol is None:
                 return self._missing(facts)
             res = self.cmp(sol, ref, case.inputs)
+            ref_change, ref_moved = C.change_and_moved(prev_ref, ref, self.atol, self.rtol)
             row = {
                 "step": step["name"],
                 "ok": res["ok"],
                 "max_abs_diff": res["max_abs_diff"],
                 "bad": res["bad"],
                 "total": res["total"],
-                "ref_change": C.max_change(prev_ref, ref),
+                "ref_change": ref_change,
                 "solution_change": C.max_change(prev_sol, sol),
                 # a reference that is no longer finite means the rewrite left the deck's domain:
                 # the comparison then says nothing about staleness, and the step is not judged
                 "judged": C.all_finite(ref),
             }
-            row["informative"] = row["judged"] and C.changed_beyond(prev_ref, ref, self.atol, self.rtol) > 0
+            row["informative"] = row["judged"] and ref_moved > 0
             fact: dict[str, Any] = next((f for f in facts.get("steps", []) if f.get("step") == step["name"]), {})
             row["same_data_ptr"] = fact.get("same_data_ptr")
             row["version_bumped"] = fact.get("version_bumped")
