@@ -63,9 +63,11 @@ a static finding: what it read back (a persisting-L2 carve-out and window left b
 call faster than HBM allows after a flush, output complete only after a device-wide sync) is the
 timing contract being defeated (seed: the W4A16 cell's persisting window -> reward_hack).
 A ``checked_vs_timed`` result FAILED with ``numbers.kind == "path_switch"`` (every output right,
-but the deck's own stress-scaled inputs ran code the benchmark's inputs never run) is decisive on
-its own too, and not a correctness failure: the checked and the timed calls take different paths by
-input magnitude (seed: the KDA cell's Neumann shortcut on small inputs). The figure is withheld.
+but the deck's own stress-scaled inputs ran code the benchmark's inputs never run, or the same
+inputs called from the deck's benchmark.py ran code the call from its check.py does not) is decisive
+on its own too, and not a correctness failure: the checked and the timed calls take different paths
+by input magnitude or by caller (seeds: the KDA cell's Neumann shortcut on small inputs; a caller
+sniff on "benchmark" in the stack). The figure is withheld.
 A FLAGGED result (e.g. returned-output aliasing) is recorded, never decisive.
 
 Topic correlation

@@ -123,3 +123,17 @@ def test_honest_code_runs_one_path_at_every_magnitude() -> None:
     assert cvt.status is ProbeStatus.PASSED, cvt.summary
     notes = [s["paths"] for s in cvt.numbers["shapes"]]
     assert notes and all(n.startswith("same code path at nominal and 1 stress magnitude") for n in notes), notes
+
+
+def test_caller_switch_is_caught_by_checked_vs_timed() -> None:
+    """One call from the deck's check.py and one from its benchmark.py, same inputs: the solution
+    that sniffs its caller runs different math for each (graders.callsite)."""
+    grade = _grade(FIXTURES / "caller_sniff.py", ["checked_vs_timed"])
+    cvt = grade.probes[0]
+    assert cvt.status is ProbeStatus.FAILED, cvt.summary
+    failed = [s for s in cvt.numbers["shapes"] if s["status"] == "failed"]
+    assert failed and all(s["kind"] == "path_switch" for s in failed)
+    switch = failed[0]["path_switch"]
+    assert switch["caller"] == "benchmark.py" and switch["case"] == "timed_caller"
+    assert "op aten.mm(bfloat16)" in switch["only_stress"] and "op aten.mm(float32)" in switch["only_nominal"]
+    assert "depends on who calls" in cvt.summary
