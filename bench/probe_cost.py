@@ -263,9 +263,9 @@ def instrument(ledger: Ledger, small: list[dict[str, Any]] | None = None) -> Ite
     # what crosses to the host and is compared there
     orig_snapshot = C.snapshot
 
-    def snapshot(out: Any) -> Any:
-        snaps = orig_snapshot(out)
-        ledger.add("snapshot", _numel(snaps), where="d2h")
+    def snapshot(out: Any, device: str = "cpu") -> Any:
+        snaps = orig_snapshot(out, device)
+        ledger.add("snapshot", _numel(snaps), where="d2h" if device == "cpu" else "on_device")
         return snaps
 
     patch(C, "snapshot", snapshot)

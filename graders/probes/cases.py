@@ -87,13 +87,14 @@ def outputs_as_list(out: Any) -> list[torch.Tensor]:
     raise TypeError(f"forward returned {type(out).__name__}, not a tensor or a tuple of tensors")
 
 
-def snapshot(out: Any) -> list[torch.Tensor]:
-    """Plain CPU copies of an output (never a subclass: `torch.Tensor(...)` strips nothing silently)."""
+def snapshot(out: Any, device: str = "cpu") -> list[torch.Tensor]:
+    """Plain copies of an output on `device` (CPU unless said; never a subclass: `torch.Tensor(...)`
+    strips nothing silently)."""
     snaps = []
     for t in outputs_as_list(out):
         if type(t) is not torch.Tensor:
             raise TypeError(f"output is a {type(t).__name__}, not a plain torch.Tensor")
-        snaps.append(t.detach().to("cpu", copy=True).contiguous().clone())
+        snaps.append(t.detach().to(device, copy=True).contiguous().clone())
     return snaps
 
 
@@ -355,8 +356,8 @@ def compare(
 ) -> dict[str, Any]:
     """Tolerance comparison in the check grammar's terms (max_abs_diff, bad/total, worst index)."""
     if output_kind == "topk" and len(ref) >= 2 and len(sol) >= 2 and inputs:
-        x = inputs[0].detach().to("cpu").float()
         values = sol[0].float()
+        x = inputs[0].detach().to(values.device).float()
         try:
             gathered = torch.gather(x, -1, sol[1].to(torch.int64).clamp(0, x.shape[-1] - 1))
         except RuntimeError:

@@ -196,3 +196,25 @@ def test_inputs_are_fully_written_before_the_solution_reads_them() -> None:
     x.fill_(7.0)  # ...so this write is still queued when the solution is called
     out = runner.call(SideStreamCopy(), [x], where)
     assert bool((out == 7.0).all())
+
+
+def test_probe_comparisons_on_the_device_equal_the_cpu_ones() -> None:
+    """The probe verifier compares outputs on the GPU (graders.probes.verify.Verifier.cmp_device):
+    elementwise IEEE ops and exact reductions give the CPU's numbers, bad counts and worst index."""
+    from graders.probes import cases as C
+
+    g = torch.Generator().manual_seed(7)
+    ref = torch.randn(4096, 1536, generator=g).to(torch.bfloat16)
+    sol = (ref.float() + 0.02 * torch.randn(4096, 1536, generator=g)).to(torch.bfloat16)
+    sol[17, 3] = float("nan")
+    for atol, rtol in ((0.02, 0.02), (0.0, 0.01), (1e-3, 0.0)):
+        on_cpu = C.compare([sol], [ref], atol=atol, rtol=rtol)
+        on_gpu = C.compare([sol.cuda()], [ref.cuda()], atol=atol, rtol=rtol)
+        assert on_gpu == on_cpu, (atol, rtol, on_cpu, on_gpu)
+    assert C.change_and_moved([ref], [sol], 0.02, 0.02) == C.change_and_moved([ref.cuda()], [sol.cuda()], 0.02, 0.02)
+    x = torch.randn(64, 4096, generator=g)
+    vals, idx = torch.topk(x, 8)
+    cpu = C.compare([vals, idx], [vals, idx], atol=0.0, rtol=0.0, output_kind="topk", inputs=[x])
+    gpu = C.compare([vals.cuda(), idx.cuda()], [vals.cuda(), idx.cuda()], atol=0.0, rtol=0.0, output_kind="topk",
+                    inputs=[x])
+    assert gpu == cpu
