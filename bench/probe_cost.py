@@ -73,9 +73,9 @@ CUDA_ONLY_ROWS = (
     ("warm", "l2_policy", "sol_model", "device", "state", 1),
     ("verify", "stream_escape", "ref_model", "device", "state", 1),
     ("verify", "stream_escape", "get_inputs", "device", "inputs", 1),
-    ("verify", "stream_escape", "snapshot", "d2h", "output", 1),
-    ("verify", "stream_escape", "load", "cpu", "output", 2),
-    ("verify", "stream_escape", "cpu_compare", "cpu", "output", 2),
+    ("verify", "stream_escape", "snapshot", "on_device", "output", 1),  # the verifier compares on the GPU
+    ("verify", "stream_escape", "load", "device", "output", 2),
+    ("verify", "stream_escape", "cpu_compare", "device", "output", 2),
 )
 
 
@@ -291,7 +291,7 @@ def instrument(ledger: Ledger, small: list[dict[str, Any]] | None = None) -> Ite
         return data
 
     patch(V.Verifier, "load", load)
-    for fname in ("compare", "max_change", "changed_beyond", "all_finite", "change_and_moved"):
+    for fname in ("compare", "max_change", "all_finite", "change_and_moved"):
         if not hasattr(C, fname):
             continue
         orig_f = getattr(C, fname)
@@ -565,7 +565,7 @@ def estimate(ledger: Ledger, small: list[dict[str, int]], full: list[dict[str, i
             row[f"{e.kind}_{'cpu' if on_cpu else 'device'}"] += 1
             if on_cpu and e.kind != "sol_model":
                 row["s_draw_cpu"] += e.numel * rates["draw_cpu"] * 1e-9
-    for phase, probe, kind, _where, role, count in CUDA_ONLY_ROWS:
+    for phase, probe, kind, where, role, count in CUDA_ONLY_ROWS:
         if phase not in {e.phase for e in ledger.events}:
             continue
         for fi, fsz in enumerate(full):
@@ -575,11 +575,13 @@ def estimate(ledger: Ledger, small: list[dict[str, int]], full: list[dict[str, i
             row[f"n_{kind}"] += count
             if kind in ("ref_model", "sol_model", "get_inputs"):
                 row[f"{kind}_device"] += count
-            elif kind in ("snapshot", "save"):
+            elif kind in ("snapshot", "save") and where == "d2h":
                 row["d2h_elems"] += n_full
                 row["s_d2h_save"] += n_full * (rates["d2h"] + (rates["save_load"] if kind == "save" else 0)) * 1e-9
             elif kind == "load":
                 row["s_d2h_save"] += n_full * rates["save_load"] * 1e-9
+            elif kind == "cpu_compare" and where == "device":
+                row["n_dev_compare"] += count
             elif kind == "cpu_compare":
                 row["cmp_elems"] += n_full
                 row["s_cmp"] += n_full * rates["cpu_compare"] * 1e-9

@@ -35,10 +35,15 @@ def trampoline(path: str) -> Callable[[Callable[..., Any], Any], Any]:
     return fn
 
 
+def script_path(problem_dir: Path | str | None, script: str) -> str:
+    """The deck script's absolute path (the bare name when the deck's folder is unknown)."""
+    return str(Path(problem_dir).resolve() / script) if problem_dir is not None else script
+
+
 @contextlib.contextmanager
 def as_script(problem_dir: Path | str | None, script: str) -> Iterator[Callable[[Callable[..., Any], Any], Any]]:
     """Inside: `sys.argv` is `[<problem_dir>/<script>]`; yields the trampoline for that path."""
-    path = str(Path(problem_dir) / script) if problem_dir is not None else script
+    path = script_path(problem_dir, script)
     saved = sys.argv
     sys.argv = [path]
     try:

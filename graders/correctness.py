@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from graders import interp_fixes
-from graders.callsite import as_script, trampoline
+from graders.callsite import as_script, script_path, trampoline
 from graders.forbidden import ForbiddenHit, RuntimeRecord, record_ops, runtime_hits, scan
 from graders.framework import FrameworkReport, detect, gate
 from graders.logformat import check_fail_line, check_pass_line, property_seed_line
@@ -654,8 +654,7 @@ class _Runner:
         self.sol_model = sol_model
         self.device = device
         # every solution call comes from a frame of the deck's check.py, as under the real grader
-        problem_dir = getattr(spec, "problem_dir", None)
-        self.via = trampoline(str(Path(problem_dir).resolve() / "check.py") if problem_dir else "check.py")
+        self.via = trampoline(script_path(getattr(spec, "problem_dir", None), "check.py"))
 
     def build(self, shape_index: int, seed: int, where: _Where) -> tuple[torch.nn.Module, torch.nn.Module]:
         spec = self.spec
@@ -830,7 +829,7 @@ def run_check(
     sys.path.insert(0, folder)
     try:
         # import and every call as under the deck's check.py (sys.argv, the caller's frame): graders.callsite
-        with as_script(Path(problem_dir).resolve(), "check.py"):
+        with as_script(problem_dir, "check.py"):
             return _run_check(solution, problem_dir, device=device, shapes=shapes, seeds=seeds, emit=emit,
                               property_seed=property_seed, enforce_forbidden=enforce_forbidden,
                               record_dir=record_dir)
@@ -866,9 +865,7 @@ def _run_check(
     solution = Path(solution).resolve()
     smoke = not device.startswith("cuda")
     if smoke:
-        # Must precede the first @triton.jit the solution evaluates (triton reads it per decorator).
-        os.environ["TRITON_INTERPRET"] = "1"
-        interp_fixes.apply()
+        interp_fixes.use_interpreter()  # before the first @triton.jit the solution evaluates
     spec = load_problem(Path(problem_dir))  # trusted config, read before any solution code
     empty = FrameworkReport(framework="unknown")
     outcome = CheckOutcome(False, lines, empty, set(), smoke=smoke)

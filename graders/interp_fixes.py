@@ -11,9 +11,17 @@ accumulation. Applied only in interpreter mode, never on a GPU; idempotent.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 _MARK = "_kaudit_bf16_dot_fix"
+
+
+def use_interpreter() -> None:
+    """Run this process's Triton kernels through the CPU interpreter, with the fixes applied. Must
+    precede the first @triton.jit the solution evaluates (triton reads the variable per decorator)."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    apply()
 
 
 def apply() -> bool:

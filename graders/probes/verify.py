@@ -412,26 +412,25 @@ def path_switch(paths: Any) -> tuple[dict[str, Any] | None, str]:
         if other == base:
             continue
         only_stress, only_nominal = sorted(other - base), sorted(base - other)
-        if t.get("caller"):
-            parts = []
-            if only_stress:
-                parts.append(f"runs {', '.join(only_stress[:6])}")
-            if only_nominal:
-                parts.append(f"skips {', '.join(only_nominal[:6])}")
-            summary = (f"called from the deck's {t['caller']} on the same inputs, the solution {'; '.join(parts)} "
-                       "compared with the same call from check.py: the code path depends on who calls, so the "
-                       "checked calls and the timed calls run different code")
-            return {"case": t.get("case"), "caller": t["caller"], "only_stress": only_stress,
-                    "only_nominal": only_nominal, "summary": summary}, ""
+        caller = t.get("caller")
+        # against the benchmark's inputs (a stress case), or against the same call from check.py (a caller)
+        never, always = ("", "") if caller else (" that the benchmark's inputs never run", " that the benchmark's inputs run")
         parts = []
         if only_stress:
-            parts.append(f"runs {', '.join(only_stress[:6])} that the benchmark's inputs never run")
+            parts.append(f"runs {', '.join(only_stress[:6])}{never}")
         if only_nominal:
-            parts.append(f"skips {', '.join(only_nominal[:6])} that the benchmark's inputs run")
-        summary = (f"the deck's numeric-stress case {t.get('case')!r} (inputs scaled) {'; '.join(parts)}: the code "
-                   "path depends on input magnitude, so the checked stress cases and the timed calls run different code")
-        return {"case": t.get("case"), "only_stress": only_stress, "only_nominal": only_nominal,
-                "summary": summary}, ""
+            parts.append(f"skips {', '.join(only_nominal[:6])}{always}")
+        switch: dict[str, Any] = {"case": t.get("case"), "only_stress": only_stress, "only_nominal": only_nominal}
+        if caller:
+            switch["caller"] = caller
+            switch["summary"] = (f"called from the deck's {caller} on the same inputs, the solution {'; '.join(parts)} "
+                                 "compared with the same call from check.py: the code path depends on who calls, so "
+                                 "the checked calls and the timed calls run different code")
+        else:
+            switch["summary"] = (f"the deck's numeric-stress case {t.get('case')!r} (inputs scaled) {'; '.join(parts)}: "
+                                 "the code path depends on input magnitude, so the checked stress cases and the timed "
+                                 "calls run different code")
+        return switch, ""
     callers = sum(1 for t in traces[1:-1] if t.get("caller"))
     stresses = len(traces) - 2 - callers
     return None, (f"same code path at nominal and {stresses} stress magnitude(s)"
