@@ -260,6 +260,18 @@ def instrument(ledger: Ledger, small: list[dict[str, Any]] | None = None) -> Ite
     patch(torch, "randint", gen_draw(torch.randint, "randint"))
     patch(torch, "randperm", gen_draw(torch.randperm, "randperm"))
 
+    # a rewrite's values: drawn and gathered on the tensor's own device on CUDA (cases._resample)
+    orig_resample = C._resample
+
+    def resample(*a: Any, **k: Any) -> Any:
+        ledger.quiet += 1
+        try:
+            return orig_resample(*a, **k)
+        finally:
+            ledger.quiet -= 1
+
+    patch(C, "_resample", resample)
+
     # what crosses to the host and is compared there
     orig_snapshot = C.snapshot
 

@@ -145,12 +145,31 @@ def _pool_of(t: torch.Tensor) -> torch.Tensor:
     return flat if flat.numel() else torch.zeros(1, dtype=torch.float64)
 
 
+_RESAMPLE_CHUNK = 1 << 27  # elements per device draw: 1 GiB of int64 indices at most
+
+
 def _resample(pool: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, seed: int,
-              device: torch.device) -> torch.Tensor:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+              device: torch.device | str) -> torch.Tensor:
+    """`shape` values drawn with replacement from `pool`, by a generator seeded with `seed` on the
+    tensor's own device (the runner and the verifier draw the same values on the same device kind).
+
+    On an accelerator the indices are drawn and gathered there, in chunks: a full rewrite of the
+    06 MoE hidden states is 1 G elements, which a CPU generator draws and gathers in about twenty
+    seconds, three times per probe pass and shape."""
     n = math.prod(shape) if len(shape) else 1
-    idx = torch.randint(0, pool.numel(), (n,), generator=g)
-    return pool[idx].reshape(tuple(shape)).to(dtype).to(device)
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        idx = torch.randint(0, pool.numel(), (n,), generator=g)
+        return pool[idx].reshape(tuple(shape)).to(dtype)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    src = pool.to(dev)  # float64: every value of the input's own dtype, exactly
+    out = torch.empty(n, dtype=dtype, device=dev)
+    for start in range(0, n, _RESAMPLE_CHUNK):
+        stop = min(n, start + _RESAMPLE_CHUNK)
+        idx = torch.randint(0, src.numel(), (stop - start,), generator=g, device=dev)
+        out[start:stop] = src[idx].to(dtype)
+    return out.reshape(tuple(shape))
 
 
 def _extremes(pool: torch.Tensor, count: int, seed: int) -> torch.Tensor:

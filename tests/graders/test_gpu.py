@@ -218,3 +218,31 @@ def test_probe_comparisons_on_the_device_equal_the_cpu_ones() -> None:
     gpu = C.compare([vals.cuda(), idx.cuda()], [vals.cuda(), idx.cuda()], atol=0.0, rtol=0.0, output_kind="topk",
                     inputs=[x])
     assert gpu == cpu
+
+
+def test_input_rewrites_draw_on_the_device_deterministically_from_the_inputs_own_values() -> None:
+    """A probe's full / row / fresh rewrite (graders.probes.cases._resample) draws on the tensor's
+    device, in chunks: the same seed gives the same values (the runner and the verifier each redraw
+    them), every value comes from the input's own pool, and a rewrite spanning several chunks
+    differs chunk to chunk."""
+    from graders.probes import cases as C
+
+    x = torch.randn(3000, 1000, device="cuda").to(torch.bfloat16)
+    pool = C._pool_of(x)
+    a = C._resample(pool, x.shape, x.dtype, 1234, x.device)
+    b = C._resample(pool, x.shape, x.dtype, 1234, x.device)
+    c = C._resample(pool, x.shape, x.dtype, 1235, x.device)
+    assert a.device.type == "cuda" and a.dtype == x.dtype and a.shape == x.shape
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    allowed = torch.unique(pool.to("cuda").to(x.dtype).float())
+    assert bool(torch.isin(a.float().reshape(-1), allowed).all())
+    old = C._RESAMPLE_CHUNK
+    try:
+        C._RESAMPLE_CHUNK = 1 << 20  # three chunks
+        d = C._resample(pool, x.shape, x.dtype, 1234, x.device).reshape(-1)
+    finally:
+        C._RESAMPLE_CHUNK = old
+    assert not torch.equal(d[: 1 << 20], d[1 << 20: 2 << 20])
+    f8 = torch.randn(512, 512, device="cuda").to(torch.float8_e4m3fn)
+    g8 = C._resample(C._pool_of(f8), f8.shape, f8.dtype, 5, f8.device)
+    assert g8.dtype == torch.float8_e4m3fn and torch.isfinite(g8.float()).all()

@@ -83,12 +83,12 @@ def test_no_probe_draws_a_full_size_permutation_on_the_cpu(moe_ledger: Any) -> N
     _tool_mod, _info, ledger = moe_ledger
     gen = [e for e in ledger.events if e.kind == "cpu_gen" and e.phase in PROBE_PHASES]
     assert gen and not [e for e in gen if e.via.startswith("randperm")]
-    hidden = {0: 48 * 64, 1: 40 * 32}  # SMALL_SHAPES: T_TOTAL*K rows x H
     for phase in ("warm", "verify"):
-        for si, n in hidden.items():
+        for si in (0, 1):  # SMALL_SHAPES: 48 x 64 and 40 x 32 hidden states
             drawn = sum(e.numel for e in gen if e.phase == phase and e.shape == si)
-            # the full / full_raw / fresh_tensor resamples (n values each), rows and 8-element scatters
-            assert 3 * n <= drawn <= 3 * n + 4 * 64 + 64, (phase, si, drawn)
+            # only the two 8-element scatters' positions and extremes: the full / full_raw /
+            # fresh_tensor and row resamples draw on the tensor's device (cases._resample)
+            assert 0 < drawn <= 2 * (8 + 8), (phase, si, drawn)
 
 
 def test_the_verifier_copies_no_input_to_the_host_and_compares_identical_outputs_once(moe_ledger: Any) -> None:
@@ -113,7 +113,9 @@ def test_the_table_prints(moe_ledger: Any, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "same_storage_overwrite" in out and "probes verifier" in out
     sso = [r for r in est if r["phase"] == "warm" and r["probe"] == "same_storage_overwrite" and r["shape"] == 0]
-    assert sso and sso[0]["cpu_gen_elems"] == pytest.approx(3 * full[0]["input0"], rel=1e-3)
+    # the CPU generator draws only the scatters' 8 positions and 8 extremes, whatever the shape
+    # (3 * 1.07 G elements of hidden-state rewrites when _resample drew on the CPU)
+    assert sso and 0 < sso[0]["cpu_gen_elems"] <= 2 * (8 + 8)
 
 
 # ---------------------------------------------------------------------------------------------
