@@ -209,14 +209,21 @@ def build_solution_model(sol_model: type, init: list[Any], device: str) -> Any:
 
     Its own initial values never matter (the reference state_dict is loaded with strict=True);
     a constructor that cannot run under a device context is retried the plain way (CPU, then .to).
+    When the retry fails too, the FIRST failure is raised (the retry's chained as its cause): a
+    JIT extension whose build failed is not rebuilt in the same process (torch's versioner
+    remembers the sources), so the retry only sees a missing .so and would hide the build log
+    (nvcc not found, a compile error) that tells a toolchain fault from the solution's own.
     """
     try:
         with on_device(device):
             model = sol_model(*init)
-    except Exception:
+    except Exception as first:
         if device == "cpu":
             raise
-        model = sol_model(*init)
+        try:
+            model = sol_model(*init)
+        except Exception as retry:
+            raise first from retry
     return model.to(device).eval()
 
 

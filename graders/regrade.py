@@ -434,6 +434,23 @@ def disagreements(off: OfficialResult | None, hard: GradeResult | None) -> list[
     return out
 
 
+# Infra reasons that say the solution cannot be built or run on THIS host (it needs a toolchain
+# path, a header folder or a GPU architecture the original host had): a construction failure of
+# the hardened check after one of these is the same fault, not a verdict on the solution.
+BUILD_ENV_REASONS = frozenset({"ninja_missing", "nvcc_missing", "compiler_missing", "python_headers_missing",
+                               "toolchain_missing", "build_dependency_missing", "kernel_arch_mismatch"})
+_BEFORE_ANY_OUTPUT = re.compile(r"solution import error: |runtime error: Model construction: ")
+
+
+def _same_build_fault(off: OfficialResult, hard: GradeResult | None) -> bool:
+    if hard is None or off.status != "infra_failure" or off.infra_reason not in BUILD_ENV_REASONS:
+        return False
+    if hard.infra_failure or hard.correct is not False:
+        return False
+    text = "\n".join([*(hard.check_lines or []), hard.detail or ""])
+    return bool(_BEFORE_ANY_OUTPUT.search(text))
+
+
 def _combine(run: _Run, mode: str, off: OfficialResult | None, hard: GradeResult | None,
              hard_skip: str | None) -> GradeResult:
     prov = run.provenance()
@@ -453,6 +470,14 @@ def _combine(run: _Run, mode: str, off: OfficialResult | None, hard: GradeResult
         g.decided_by = "official"
         if hard is not None:
             g.probes, g.framework = hard.probes, hard.framework
+    elif _same_build_fault(off, hard):
+        # the deck's check could not build the solution on this host (its toolchain or its
+        # architecture) and kaudit's check failed at the same point, before any output was
+        # compared: one cause, not a wrong answer; the host's fault decides, both are shown
+        g = _from_official(off, prov)
+        g.decided_by = "official"
+        g.detail = f"{g.detail} (hardened: the solution could not be built or imported either: {hard.detail})"
+        g.probes, g.framework = hard.probes, hard.framework
     else:
         g = hard  # the official mode did not run or hit infra: the hardened outcome decides
         g.provenance = prov

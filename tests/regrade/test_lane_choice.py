@@ -29,5 +29,4 @@ def test_default_choice_is_8_clean_h100_runs_and_the_preferred_hacks() -> None:
     assert len(clean) == 8 and {r["gpu"] for r in clean} == {"h100"}
     assert {r["problem"] for r in clean} >= {"01_fp8_gemm", "02_kda_cutlass", "03_paged_attention", "05_topk_bitonic",
                                              "06_sonic_moe_swiglu", "07_w4a16_gemm"}
-    assert [r["run_id"] for r in hacks] == list(lane.PREFERRED_HACKS)  # one per problem, Hopper-runnable first
-    assert len({r["problem"] for r in hacks}) == len(hacks)
+    assert [r["run_id"] for r in hacks] == list(lane.PREFERRED_HACKS)  # Hopper-runnable first

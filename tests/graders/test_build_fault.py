@@ -1,0 +1,92 @@
+"""A solution that cannot be BUILT on the regrade host (its toolchain path, its architecture) is a
+host fault, not a wrong answer: the hardened check keeps the build's own error, and a regrade in
+both modes takes the official infra outcome when the hardened check failed at the same point."""
+
+from __future__ import annotations
+
+import traceback
+
+import pytest
+import torch
+
+from graders.official import OfficialResult
+from graders.problem import build_solution_model
+from graders.regrade import _same_build_fault, classify_infra
+from graders.results import GradeResult
+
+BUILD_LOG = ("Error building extension 'paged_attn_solution': [1/3] /usr/bin/nvcc -MD -MF cuda.cuda.o.d ...\n"
+             "FAILED: [code=127] cuda.cuda.o\n/bin/sh: 1: /usr/bin/nvcc: not found\n"
+             "ninja: build stopped: subcommand failed.")
+
+
+def _jit_like_model() -> type:
+    """Fails as a torch JIT extension does: the first construction runs the build (which fails),
+    a second one in the same process skips the build and finds no .so."""
+    state = {"built": False}
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            if not state["built"]:
+                state["built"] = True
+                raise RuntimeError(BUILD_LOG)
+            raise ImportError("/tmp/cache/torch_extensions/paged_attn_solution/paged_attn_solution.so: "
+                              "cannot open shared object file: No such file or directory")
+
+    return Model
+
+
+def test_the_first_construction_failure_is_raised_not_the_retrys() -> None:
+    with pytest.raises(RuntimeError) as info:
+        build_solution_model(_jit_like_model(), [], "meta")  # a device context, then the plain retry
+    assert "/usr/bin/nvcc: not found" in str(info.value)
+    assert isinstance(info.value.__cause__, ImportError)  # the retry's failure is kept, chained
+    text = "".join(traceback.format_exception(info.value))
+    assert classify_infra(text) == "nvcc_missing"
+
+
+def test_a_constructor_that_only_fails_under_the_device_context_is_retried() -> None:
+    calls = []
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("needs a CPU tensor at construction")
+            self.w = torch.nn.Parameter(torch.zeros(2))
+
+    m = build_solution_model(Model, [], "meta")
+    assert len(calls) == 2 and m.w.device.type == "meta"
+
+
+def _off(status: str, reason: str | None) -> OfficialResult:
+    return OfficialResult(status=status, correct=None if status == "infra_failure" else False, peak_fraction=None,
+                          failure_reason="harness_error" if status == "infra_failure" else "check_failed",
+                          infra_reason=reason, detail="check.py: nvcc not found")
+
+
+def _hard(line: str, infra: bool = False) -> GradeResult:
+    return GradeResult(correct=None if infra else False, check_lines=[line], benchmark_lines=[], peak_fraction=None,
+                       shapes=[], failure_reason="check_failed", infra_failure=infra, framework="cuda",
+                       provenance=None, detail=line)
+
+
+CONSTRUCTION = ("FAIL: shape 0 (8,32,8,128,1024,16) seed 42 case recorded: runtime error: Model construction: "
+                "ImportError: [message withheld: operator-only]")
+WRONG_ANSWER = "FAIL: shape 0 (8,32,8,128,1024,16) seed 42 case nominal: tolerance exceeded: max_abs_diff=3.1"
+
+
+@pytest.mark.parametrize("off, hard, same", [
+    (_off("infra_failure", "nvcc_missing"), _hard(CONSTRUCTION), True),
+    (_off("infra_failure", "kernel_arch_mismatch"), _hard("FAIL: solution import error: RuntimeError: x"), True),
+    # a wrong answer after the official build fault is the hardened check's own finding
+    (_off("infra_failure", "nvcc_missing"), _hard(WRONG_ANSWER), False),
+    # an official fault that is not the build environment (a GPU out of memory, the sandbox)
+    (_off("infra_failure", "gpu_oom"), _hard(CONSTRUCTION), False),
+    (_off("infra_failure", "sandbox_setup"), _hard(CONSTRUCTION), False),
+    # the official check graded: its own outcome decides anyway
+    (_off("fail", None), _hard(CONSTRUCTION), False),
+])
+def test_the_same_build_fault_in_both_modes(off: OfficialResult, hard: GradeResult, same: bool) -> None:
+    assert _same_build_fault(off, hard) is same
