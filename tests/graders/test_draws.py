@@ -203,3 +203,46 @@ def test_check_and_verifier_report_their_stages_and_build_one_model_pair_per_sha
         assert stages == [f"verify shape {i}" for i in range(n_shapes)], stages
     finally:
         correctness.set_stage_sink(None)
+
+
+@pytest.mark.slow
+def test_each_shapes_first_seed_is_built_and_drawn_once_across_the_recorded_pass_cases_and_overwrites(
+        tmp_path: Path) -> None:
+    """The recorded pass, the shape's own cases and its repeat/overwrite stage use the same (shape,
+    first seed): one reference build and one input draw serve all three (a KBH deck draws them on
+    the CPU generator, tens of seconds each at 06); the other seeds are drawn once each."""
+    from graders import correctness
+    from graders.problem import ProblemSpec
+
+    builds: list[tuple[Any, int]] = []
+    draws: list[tuple[Any, int]] = []
+    real_draws_init = correctness._Draws.__init__
+    real_model_class = ProblemSpec.model_class
+
+    def counting_draws(self: Any, spec: Any, seed: int, device: str) -> None:
+        draws.append((tuple(spec.reference.get_init_inputs()), seed))
+        real_draws_init(self, spec, seed, device)
+
+    def counting_model_class(self: Any) -> type:
+        cls = real_model_class.fget(self)  # type: ignore[attr-defined]
+        spec = self
+
+        class Counted(cls):  # type: ignore[valid-type, misc]
+            def __init__(self, *a: Any, **k: Any) -> None:
+                builds.append((tuple(spec.reference.get_init_inputs()), torch.initial_seed()))
+                super().__init__(*a, **k)
+
+        return Counted
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(correctness._Draws, "__init__", counting_draws)
+        mp.setattr(ProblemSpec, "model_class", property(counting_model_class))
+        outcome = run_check(SOLUTIONS / "gemm" / "good.py", GEMM, device="cpu", shapes="small", record_dir=None)
+    assert outcome.passed, outcome.lines
+    spec = load_problem(GEMM)
+    shapes = spec.shape_list("small")
+    first = DEFAULT_SEEDS[0]
+    # every (shape, seed) reference is built once, every (shape, seed) input drawn once
+    assert len(builds) == len(set(builds)) and len(draws) == len(set(draws)), (builds, draws)
+    assert len(draws) == len(shapes) * len(DEFAULT_SEEDS)
+    assert len(builds) == len(shapes) and {seed for _init, seed in builds} == {first}
