@@ -40,6 +40,7 @@ import os
 import random
 import secrets
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ from graders.callsite import as_script, script_path, trampoline
 from graders.forbidden import ForbiddenHit, RuntimeRecord, record_ops, runtime_hits, scan
 from graders.framework import FrameworkReport, detect, gate
 from graders.logformat import check_fail_line, check_pass_line, property_seed_line
+from graders.probes.cases import fresh_inputs
 from graders.problem import (
     ProblemSpec,
     StressCase,
@@ -59,7 +61,6 @@ from graders.problem import (
     build_solution_model,
     import_isolated,
     load_problem,
-    on_device,
     shape_desc,
 )
 from graders.results import REFUTED_FORGED, REFUTED_REF_SHIFT, REFUTED_UNEXPLAINED, REFUTED_UNSTABLE
@@ -217,6 +218,13 @@ def _tolerance_detail(stats: dict[str, Any]) -> str:
 def _one_line(exc: BaseException) -> str:
     msg = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {msg[:400]}"
+
+
+def _log_whole(exc: BaseException) -> None:
+    """The whole text of a solution's exception on stderr (operator-only output, read by the
+    regrade's infra classification): a check line keeps 400 characters, and a JIT build error puts
+    its cause (`/usr/bin/nvcc: not found`) after a nvcc command line longer than that."""
+    sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -704,6 +712,12 @@ class _Runner:
         self._kept = (key, draws)
         return draws
 
+    @property
+    def base(self) -> dict[str, torch.Tensor]:
+        """The base state of the reference last built or restored."""
+        assert self._ref is not None
+        return self._ref[2]
+
     def build(self, shape_index: int, seed: int, where: _Where) -> tuple[torch.nn.Module, torch.nn.Module]:
         ref, _base, init = self.reference(seed)
         torch.manual_seed(seed)
@@ -711,6 +725,7 @@ class _Runner:
             with _solution_stdout():
                 sol = build_solution_model(self.sol_model, init, self.device)
         except BaseException as exc:  # SystemExit from the solution too
+            _log_whole(exc)
             raise _Fail(where.fail(f"runtime error: Model construction: {_one_line(exc)}")) from None
         try:
             with _solution_stdout():
@@ -818,6 +833,9 @@ def _recorded_pass(
     except BaseException as exc:  # SystemExit from the solution too
         if forbidden and runtime_hits(record, forbidden):
             return None  # the forbidden op is the finding; the caller reports it
+        # the re-run may only see this failure's leftovers (torch's JIT does not rebuild a failed
+        # extension in the same process): its whole text is kept
+        _log_whole(exc)
         note = f"runtime_recorder: error under the recorder ({_one_line(exc)}); case re-run without it"
         torch.manual_seed(seed)
         ref, sol = runner.build(0, seed, where)
@@ -1026,7 +1044,7 @@ def _import_and_run(
             # draws gigabytes of expert weights on the CPU per build), seeded with the first seed
             # so the verifier rebuilds the same weights; every seed starts from the base state
             ref, sol = runner.build(si, seeds[0], _Where(si, shape, seeds[0], "nominal"))
-            base = runner.reference(seeds[0])[1]
+            base = runner.base
             for seed in seeds:
                 if seed != seeds[0]:
                     runner.restore(ref, sol, base)
@@ -1094,21 +1112,6 @@ def _import_and_run(
     return outcome
 
 
-def _overwrite_values(spec: ProblemSpec, seed: int, device: str) -> list[Any]:
-    """New input values for the overwrite stage: kaudit's own rewrite, not a draw the deck's
-    grader makes, so drawn on the device where the deck's get_inputs() allows it (a KBH deck draws
-    on the CPU generator: two more 1 G-element draws per shape at 06); the deck's own draw
-    otherwise."""
-    if device != "cpu":
-        torch.manual_seed(seed)
-        try:
-            with on_device(device):
-                return _to_device(list(spec.reference.get_inputs()), device)
-        except Exception:
-            pass
-    return _model_inputs(spec, seed, device)
-
-
 def _repeat_and_overwrite(runner: _Runner, si: int, shape: dict[str, Any], seed: int) -> None:
     spec = runner.spec
     spec.apply_shape(shape)
@@ -1134,7 +1137,9 @@ def _repeat_and_overwrite(runner: _Runner, si: int, shape: dict[str, Any], seed:
         # elsewhere the same_storage_overwrite probe reports a version-keyed cache as FLAGGED
         variants.append(("overwrite_inplace_same_version", seed + 2))
     for variant, new_seed in variants:
-        fresh = _overwrite_values(spec, new_seed, runner.device)
+        # kaudit's own rewrite, not a draw the deck's grader makes: on the device where the deck's
+        # get_inputs() allows it (a KBH deck draws on the CPU generator: 1 G elements at 06)
+        fresh = fresh_inputs(spec, shape, new_seed, runner.device)
         w = _Where(si, shape, seed, variant, prop=True)
         for i in float_positions:
             x = inputs[i]

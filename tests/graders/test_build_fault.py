@@ -5,6 +5,7 @@ both modes takes the official infra outcome when the hardened check failed at th
 from __future__ import annotations
 
 import traceback
+from typing import Any
 
 import pytest
 import torch
@@ -90,3 +91,35 @@ WRONG_ANSWER = "FAIL: shape 0 (8,32,8,128,1024,16) seed 42 case nominal: toleran
 ])
 def test_the_same_build_fault_in_both_modes(off: OfficialResult, hard: GradeResult, same: bool) -> None:
     assert _same_build_fault(off, hard) is same
+
+
+LONG_BUILD_ERROR = '''import torch
+import torch.nn as nn
+
+_CMD = "/usr/bin/nvcc -MD -MF cuda.cuda.o.d " + " ".join(f"-I/opt/include/dir{i}" for i in range(40))
+
+
+class Model(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        raise RuntimeError("Error building extension 'sol': [1/3] " + _CMD
+                           + "\\nFAILED: [code=127] cuda.cuda.o\\n/bin/sh: 1: /usr/bin/nvcc: not found\\n"
+                           + "ninja: build stopped: subcommand failed.")
+'''
+
+
+def test_a_build_fault_past_the_check_lines_400_characters_is_the_hosts_in_hardened_mode(tmp_path: Any) -> None:
+    """The check line keeps 400 characters of the exception, which a JIT build error fills with its
+    nvcc command line; the whole text goes to the check's (operator-only) stderr, so the hardened
+    mode alone already classifies the fault as the host's (no official run to lean on)."""
+    from graders.regrade import regrade
+
+    from .conftest import OFFICIAL_DECK, import_deck
+
+    deck = import_deck(OFFICIAL_DECK / "problems", "tiny", tmp_path / "data", OFFICIAL_DECK / "src")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "solution.py").write_text(LONG_BUILD_ERROR)
+    g = regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, mode="hardened")
+    assert g.infra_failure and g.correct is None, (g.failure_reason, g.detail)
+    assert g.provenance is not None and g.provenance.extra["infra_reason"] == "nvcc_missing"
