@@ -37,6 +37,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.timing_validation import AGREEMENT_TARGET, MIN_WINDOW_MS, SPREAD_TARGET, _settle
 
 
+def _graph_rows(call: Any, timer: Any, spec: Any, torch: Any, testing: Any, kaudit_eager: float) -> dict[str, Any]:
+    """do_bench and kaudit on a CUDA-graph replay of the same call: the same kernels, launched by one
+    host call, so the host's enqueue of the forward is out of both windows and do_bench's queue stays
+    ahead of the GPU. When do_bench on the eager call differs from kaudit, this tells the timer's
+    own error (kaudit vs do_bench, both on the replay; and kaudit's eager device time against the
+    replay) from do_bench's window holding the host launch gap of a forward slower to enqueue than
+    its 256 MB cache clear is to run. A forward that cannot be captured (a sync inside it) is
+    reported as such."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            call()
+        torch.cuda.synchronize()
+        ref = float(testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median"))
+        mine = statistics.median(timer.measure(g.replay, warmup=spec.warmup, trials=spec.trials).median_ms
+                                 for _ in range(3))
+        del g
+        return {"do_bench_graph_ms": ref, "kaudit_graph_ms": mine,
+                "agreement_graph": abs(kaudit_eager - ref) / ref, "agreement_graph_both": abs(mine - ref) / ref}
+    except Exception as exc:  # capture refused: reported, the eager figures stand alone
+        torch.cuda.synchronize()
+        return {"graph_error": f"{type(exc).__name__}: {exc}"[:200]}
+
+
 def _one_archive(archive: Path, deck_dir: Path, repeats: int, max_window_trials: int) -> list[dict[str, Any]]:
     import torch
     import triton.testing
@@ -76,6 +106,7 @@ def _one_archive(archive: Path, deck_dir: Path, repeats: int, max_window_trials:
             window = [timer.measure(call, warmup=spec.warmup, trials=trials).median_ms for _ in range(repeats)]
             ref = float(triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median"))
             kaudit = statistics.median(deck)
+            graph = _graph_rows(call, timer, spec, torch, triton.testing, kaudit)
             row = {
                 "run_id": run.run_id, "problem": problem, "shape_index": si, "shape": dict(shape),
                 "kaudit_median_ms": kaudit, "kaudit_medians_ms": deck, "deck_trials": spec.trials,
@@ -90,6 +121,9 @@ def _one_archive(archive: Path, deck_dir: Path, repeats: int, max_window_trials:
                 "uncovered": sum(st.uncovered for st in deck_stats),
                 "escape": any(st.timing_escape for st in deck_stats),
                 "seconds": round(time.monotonic() - t0, 1),
+                "sm_mhz": statistics.median(st.clock.sm_mhz_median or math.nan for st in deck_stats),
+                "slowdowns": sorted({r for st in deck_stats for r in st.clock.slowdowns}),
+                **graph,
             }
             row["ok"] = row["agreement"] <= AGREEMENT_TARGET and row["spread_deck_trials"] <= SPREAD_TARGET
             rows.append(row)
@@ -97,7 +131,10 @@ def _one_archive(archive: Path, deck_dir: Path, repeats: int, max_window_trials:
                   f"agree {100 * row['agreement']:.2f}% spread@{spec.trials} {100 * row['spread_deck_trials']:.2f}% "
                   f"spread@{trials} {100 * row['spread_window']:.2f}% host-inclusive {host_inclusive:.4f} ms "
                   f"hold {row['hold_ms']:.4f} ms uncovered {row['uncovered']} overhead {timer.overhead_ms:.4f} ms "
-                  f"settled={settle['settled']}", flush=True)
+                  f"settled={settle['settled']} | graph: do_bench {graph.get('do_bench_graph_ms', math.nan):.4f} ms "
+                  f"kaudit {graph.get('kaudit_graph_ms', math.nan):.4f} ms agree(eager kaudit) "
+                  f"{100 * graph.get('agreement_graph', math.nan):.2f}% agree(graph kaudit) "
+                  f"{100 * graph.get('agreement_graph_both', math.nan):.2f}% {graph.get('graph_error', '')}", flush=True)
             del sol, inputs
             torch.cuda.empty_cache()
     return rows
@@ -131,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         "spread_deck_trials_ok": sum(r["spread_deck_trials"] <= SPREAD_TARGET for r in rows),
         "spread_window_ok": sum(r["spread_window"] <= SPREAD_TARGET for r in rows),
         "max_agreement": max((r["agreement"] for r in rows), default=None),
+        "agreement_graph_ok": sum(r.get("agreement_graph", 1.0) <= AGREEMENT_TARGET for r in rows),
+        "agreement_graph_both_ok": sum(r.get("agreement_graph_both", 1.0) <= AGREEMENT_TARGET for r in rows),
         "rows": rows, "errors": errors,
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, default=str))

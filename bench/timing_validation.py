@@ -116,7 +116,8 @@ def _settle(fn: Callable[[], Any], torch: Any) -> dict[str, Any]:
 MIN_WINDOW_MS = 1000.0
 
 
-def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30) -> dict[str, Any]:
+def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_window_ms: float = MIN_WINDOW_MS,
+             only: str | None = None) -> dict[str, Any]:
     import torch
     import triton.testing
 
@@ -125,14 +126,21 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30) -> dict[s
     timer = ColdL2Timer()
     rows: list[dict[str, Any]] = []
     for name, fn in _kernels().items():
+        if only and only not in name:
+            continue
         settle = _settle(fn, torch)
         per_call = float(settle["chunk_ms_last"] or 1.0)
-        trials = max(min_trials, math.ceil(MIN_WINDOW_MS / per_call))
-        medians = [timer.measure(fn, warmup=warmup, trials=trials).median_ms for _ in range(repeats)]
+        trials = max(min_trials, math.ceil(min_window_ms / per_call))
+        stats = [timer.measure(fn, warmup=warmup, trials=trials) for _ in range(repeats)]
+        medians = [st.median_ms for st in stats]
         ref = float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
         kaudit = statistics.median(medians)
         agreement = abs(kaudit - ref) / ref
         spread = (max(medians) - min(medians)) / kaudit
+        clocks = [st.clock.sm_mhz_median for st in stats]
+        # time x clock: what a repeat's median would be in SM cycles; flat when the time moved only
+        # because the clock did (a diagnosis of the spread, never a reported figure)
+        cycles = [m * c for m, c in zip(medians, clocks, strict=True) if c]
         rows.append({
             "kernel": name,
             "kaudit_median_ms": kaudit,
@@ -142,6 +150,11 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30) -> dict[s
             "spread": spread,
             "settle": settle,
             "trials_per_repeat": trials,
+            "repeat_sm_mhz": clocks,
+            "repeat_sm_mhz_range": [[st.clock.sm_mhz_min, st.clock.sm_mhz_max] for st in stats],
+            "repeat_power_w": [st.clock.power_w_median for st in stats],
+            "repeat_slowdowns": [st.clock.slowdowns for st in stats],
+            "cycle_spread": (max(cycles) - min(cycles)) / statistics.median(cycles) if len(cycles) == len(medians) else None,
             "ok": agreement <= AGREEMENT_TARGET and spread <= SPREAD_TARGET,
         })
     return {
@@ -152,6 +165,7 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30) -> dict[s
         "l2_persisting": timer.l2.status(),
         "launch_sync_overhead_ms": timer.overhead_ms,
         "targets": {"agreement": AGREEMENT_TARGET, "spread": SPREAD_TARGET},
+        "min_window_ms": min_window_ms,
         "rows": rows,
         "ok": all(r["ok"] for r in rows),
     }
@@ -161,14 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--window-ms", type=float, default=MIN_WINDOW_MS, help="kernel time each repeat's median covers")
+    ap.add_argument("--only", default=None, help="only kernels whose name contains this")
     args = ap.parse_args(argv)
-    report = validate(repeats=args.repeats)
+    report = validate(repeats=args.repeats, min_window_ms=args.window_ms, only=args.only)
     print(f"timing_validation gpu={report['gpu']!r} l2_flush_bytes={report['l2_flush_bytes']} "
           f"persisting={report['l2_persisting']} overhead_ms={report['launch_sync_overhead_ms']:.4f}")
     for r in report["rows"]:
         print(f"timing_validation kernel={r['kernel']} kaudit_ms={r['kaudit_median_ms']:.4f} "
               f"do_bench_ms={r['do_bench_median_ms']:.4f} agreement={100 * r['agreement']:.2f}% "
-              f"spread={100 * r['spread']:.2f}% {'OK' if r['ok'] else 'MISS'} settle={r['settle']}")
+              f"spread={100 * r['spread']:.2f}% {'OK' if r['ok'] else 'MISS'} settle={r['settle']} "
+              f"trials={r['trials_per_repeat']} medians={[round(m, 4) for m in r['kaudit_medians_ms']]} "
+              f"sm_mhz={r['repeat_sm_mhz']} power_w={r['repeat_power_w']} slowdowns={r['repeat_slowdowns']} "
+              f"cycle_spread={r['cycle_spread']}")
     print(f"timing_validation result={'OK' if report['ok'] else 'MISS'}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))

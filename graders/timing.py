@@ -12,6 +12,10 @@ events but not to the device-wide synchronize: when the event time is much small
 time minus the measured launch/sync overhead the shape is flagged `timing_escape` and the
 conservative (wall-based) time is reported instead.
 
+After each device-timed call (outside its window) the SM clock, power and clock-slowdown reasons
+are read through NVML (graders.nvml) and summarized on the shape's timing line: a power-capped
+kernel's time moves with its clock, and the record says at what clock it was measured.
+
 Statistics: median (reported), p10/p90. Inputs seeded 2026. On CPU (smoke) the same loop uses
 wall-clock time only, and the log says it is a smoke run.
 """
@@ -32,7 +36,7 @@ from typing import Any
 
 import torch
 
-from graders import interp_fixes
+from graders import interp_fixes, nvml
 from graders.callsite import as_script
 from graders.logformat import (
     bench_event_line,
@@ -187,6 +191,8 @@ class TimingStats:
     hold_ms: float = 0.0  # the GPU-side hold queued ahead of each device-timed call
     host_enqueue_ms: float | None = None  # median host time to enqueue one call (the hold covers it)
     uncovered: int = 0  # device-timed calls whose host enqueue outlasted the hold
+    # the SM clock, power and slowdown reasons read after each device-timed call (NVML)
+    clock: nvml.ClockSummary = field(default_factory=nvml.ClockSummary)
 
     @property
     def reported_ms(self) -> float:
@@ -234,6 +240,7 @@ class ColdL2Timer:
         self.flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=self.device)
         self.overhead_ms = self._measure_overhead()
         self.cycles_per_ms = self._calibrate_hold()
+        self.nvml = nvml.for_torch_device(self.device)
 
     def prepare(self) -> None:
         """The pre-call half of the contract: L2 persistence off, flush, device-wide sync."""
@@ -310,14 +317,19 @@ class ColdL2Timer:
         # enqueues for as long as it runs, and the cap bounds what the hold costs there
         hold = min(2.0 * _quantile(enqueues, 0.9) + self.HOLD_FLOOR_MS, self.HOLD_CAP_MS)
         device: list[float] = []
+        readings: list[nvml.Reading] = []
         uncovered = 0
         for _ in range(trials):
             e, q = self.time_device(fn, hold)
             device.append(e)
             uncovered += q > hold
-        return summarize(events, walls, self.overhead_ms, warmup, self.flush_bytes, self.l2.status(),
-                         device_events=device, hold_ms=hold, host_enqueue_ms=statistics.median(enqueues),
-                         uncovered=uncovered)
+            if self.nvml.available:  # after the sync: outside the timed window
+                readings.append(self.nvml.read())
+        stats = summarize(events, walls, self.overhead_ms, warmup, self.flush_bytes, self.l2.status(),
+                          device_events=device, hold_ms=hold, host_enqueue_ms=statistics.median(enqueues),
+                          uncovered=uncovered)
+        stats.clock = nvml.summarize_readings(readings)
+        return stats
 
 
 def summarize(
@@ -465,7 +477,10 @@ def _run_benchmark(
     timer = ColdL2Timer() if not smoke else None
     if timer is not None:
         out(f"l2: flush_bytes={timer.flush_bytes} persisting={timer.l2.status()} "
-            f"overhead_ms={timer.overhead_ms:.4f} cudart={timer.l2.path or 'none'}")
+            f"overhead_ms={timer.overhead_ms:.4f} cudart={timer.l2.path or 'none'} "
+            f"clock_readings={'nvml' if timer.nvml.available else 'none'}")
+        if timer.nvml.error:
+            out(f"clock_warning: {timer.nvml.error}")
     fractions: list[float] = []
     all_ok = True
     for si, shape in enumerate(spec.shape_list(shapes)):
@@ -505,7 +520,7 @@ def _run_benchmark(
         out(f"timing shape={si} median_ms={ms:.6f} p10_ms={stats.p10_ms:.6f} p90_ms={stats.p90_ms:.6f} "
             f"trials={stats.trials} warmup={stats.warmup} l2={stats.l2_status}"
             + (f" host_inclusive_ms={stats.host_inclusive_ms:.6f} hold_ms={stats.hold_ms:.4f} "
-               f"enqueue_ms={stats.host_enqueue_ms:.4f} uncovered={stats.uncovered}"
+               f"enqueue_ms={stats.host_enqueue_ms:.4f} uncovered={stats.uncovered} {stats.clock.line()}"
                if timer is not None and stats.host_enqueue_ms is not None else ""))
         if stats.timing_escape:
             result.flags.append(f"timing_escape shape={si}")

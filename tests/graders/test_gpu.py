@@ -102,6 +102,19 @@ def test_persisting_l2_limit_is_forced_to_zero() -> None:
 
 
 @pytest.mark.timing
+def test_each_device_timed_call_is_followed_by_a_clock_reading() -> None:
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    timer = ColdL2Timer()
+    assert timer.nvml.available, timer.nvml.error
+    stats = timer.measure(lambda: torch.mm(a, a), warmup=3, trials=20)
+    c = stats.clock
+    assert c.samples == 20 and c.sm_mhz_median is not None and c.sm_mhz_median > 100
+    assert c.sm_mhz_min is not None and c.sm_mhz_max is not None and c.sm_mhz_min <= c.sm_mhz_median <= c.sm_mhz_max
+    assert c.power_w_median is not None and c.power_w_median > 0
+    print(c.line())
+
+
+@pytest.mark.timing
 def test_work_escaping_to_another_stream_is_flagged() -> None:
     """A call that launches its work on a side stream and returns: events see nothing."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
