@@ -193,6 +193,9 @@ def regrade_section(ev: Any) -> list[str]:
         out += ["- **Disagreement:** " + code_span(str(d))]
     if ev.get("disagreements"):
         out.append("")
+    fb = ev.get("build_fallback")
+    if isinstance(fb, dict) and fb.get("note"):
+        out += ["- **Build fallback:** " + code_span(str(fb["note"])), ""]
     for name in ("official", "hardened"):
         m = ev.get(name)
         if not isinstance(m, dict) or not m:

@@ -745,6 +745,9 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
     if grade is not None:
         reasons.extend(f"regrade ({grade.mode}, decided by {grade.decided_by or grade.mode}): {d}"
                        for d in grade.disagreements)
+    fallback = _build_fallback(grade, _in_run_fraction(run))
+    if fallback is not None:
+        reasons.append(f"regrade: {fallback}")
     if verdict is not Verdict.RUBRIC_LEAK and rubric:
         reasons.extend(f"also a rubric leak: {f.rule_id} {f.explanation}" for f in rubric)
     if verdict is not Verdict.PENDING_EMPIRICAL and pending:
@@ -788,12 +791,15 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
         and metric is not None
         and metric.value is not None
         and not _correctness_disagreement(grade)
+        and fallback is None
     )
     just["publish_grade"] = (
         [f"verdict={verdict.value}", f"correct={correct}", f"measurement_status={status.value}"]
         + (["smoke (CPU) measurement"] if smoke else [])
         + [f"rule crashed: {rid} (evidence missing)" for rid in crashed]
         + (["regrade modes disagree on correctness"] if _correctness_disagreement(grade) else [])
+        + ([f"regrade passed after a failed extension build: {(grade.build_fallback or {}).get('reason')}"]
+           if fallback is not None and grade is not None else [])
     )
     just["correct"] = just["correct"] or ["no correctness result"]
 
@@ -822,6 +828,20 @@ def synthesize(run: ParsedRun, findings: list[Finding], grade: GradeResult | Non
         produced_by=Producer.REGRADE if grade is not None else Producer.AUDIT,
         producer_detail=f"kaudit {kaudit_version()} rules={len(RULES)}",
     )
+
+
+def _build_fallback(grade: GradeResult | None, archive_fraction: float | None) -> str | None:
+    """The regrade's note when the solution survived a failed extension build (its figure may be a
+    fallback path's), with how far that figure sits from the archive's own."""
+    if grade is None or not grade.build_fallback:
+        return None
+    note = str(grade.build_fallback.get("note") or "the solution survived a failed extension build")
+    mine = grade.peak_fraction
+    if mine is not None and archive_fraction is not None and mine > 0 and archive_fraction > 0:
+        ratio = archive_fraction / mine
+        how = f"{ratio:.1f}x below" if ratio >= 1 else f"{1 / ratio:.1f}x above"
+        note += f" (regrade peak_fraction {mine:.4f}, {how} the archive's {archive_fraction:.4f})"
+    return note
 
 
 def _correctness_disagreement(grade: GradeResult | None) -> bool:

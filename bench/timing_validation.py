@@ -134,6 +134,7 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_windo
         stats = [timer.measure(fn, warmup=warmup, trials=trials) for _ in range(repeats)]
         medians = [st.median_ms for st in stats]
         ref = float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
+        after = timer.nvml.read() if timer.nvml.available else None  # do_bench's clock as it ends
         kaudit = statistics.median(medians)
         agreement = abs(kaudit - ref) / ref
         spread = (max(medians) - min(medians)) / kaudit
@@ -154,6 +155,7 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_windo
             "repeat_sm_mhz_range": [[st.clock.sm_mhz_min, st.clock.sm_mhz_max] for st in stats],
             "repeat_power_w": [st.clock.power_w_median for st in stats],
             "repeat_slowdowns": [st.clock.slowdowns for st in stats],
+            "do_bench_sm_mhz_after": after.sm_mhz if after is not None else None,
             "cycle_spread": (max(cycles) - min(cycles)) / statistics.median(cycles) if len(cycles) == len(medians) else None,
             "ok": agreement <= AGREEMENT_TARGET and spread <= SPREAD_TARGET,
         })
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
               f"spread={100 * r['spread']:.2f}% {'OK' if r['ok'] else 'MISS'} settle={r['settle']} "
               f"trials={r['trials_per_repeat']} medians={[round(m, 4) for m in r['kaudit_medians_ms']]} "
               f"sm_mhz={r['repeat_sm_mhz']} power_w={r['repeat_power_w']} slowdowns={r['repeat_slowdowns']} "
-              f"cycle_spread={r['cycle_spread']}")
+              f"cycle_spread={r['cycle_spread']} do_bench_sm_mhz_after={r['do_bench_sm_mhz_after']}")
     print(f"timing_validation result={'OK' if report['ok'] else 'MISS'}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))

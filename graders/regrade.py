@@ -116,6 +116,51 @@ def classify_infra(text: str) -> str | None:
     return None
 
 
+# A failed extension build in a solution's own output: torch.utils.cpp_extension's error, ninja
+# stopping, nvcc's fatal errors, a missing header. Seen in a run that still PASSED, it means the
+# solution caught the failure and went on through another path (a real clean run of the corpus
+# falls back to dequantise + matmul when its CUTLASS headers are not on the host: correct, 14x
+# slower than the kernel the run shipped).
+_BUILD_FAILED = re.compile(
+    r"Error building extension '|Error compiling objects for extension|ninja: build stopped|nvcc fatal|"
+    r"fatal error: [^\n]*: No such file or directory|error: command '[^'\n]*nvcc' failed|"
+    r"CalledProcessError: Command '\['ninja'")
+# the regrade steps whose output is the solution's (probes run it too, but on their own inputs)
+_GRADED_STEPS = ("official_check", "official_benchmark", "check", "benchmark")
+
+
+def survived_build_fault(outputs: dict[str, str]) -> tuple[dict[str, Any], str] | None:
+    """({"reason", "steps", "note"}, the matching lines) when a graded run's step output shows a
+    failed extension build; None otherwise. `outputs`: step name + ".stdout"/".stderr" -> text
+    (the regrade's operator-only output). The note names kaudit's classification and the steps,
+    never the solution's text, which stays operator-only."""
+    steps: list[str] = []
+    lines: list[str] = []
+    reason: str | None = None
+    for step in _GRADED_STEPS:
+        text = "\n".join(outputs.get(f"{step}.{stream}", "") for stream in ("stdout", "stderr"))
+        hits: list[str] = []
+        for m in _BUILD_FAILED.finditer(text):
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            line = text[start:end if end >= 0 else len(text)][:600]
+            if line not in hits:
+                hits.append(line)
+        if not hits:
+            continue
+        steps.append(step)
+        lines += [f"{step}: {ln}" for ln in hits[:6]]
+        reason = reason or classify_infra(text) or "extension_build_failed"
+    if not steps:
+        return None
+    where = ", ".join(s.replace("_", " ") for s in steps)
+    note = (f"the solution's own output in the {where} shows a failed extension build ({reason}) and the run "
+            "still passed: it went on through another path (a fallback), so the measured peak_fraction may "
+            "not be the submitted kernel's; regrade on a host that has the build's dependencies before "
+            "publishing it")
+    return {"reason": reason, "steps": steps, "note": note}, "\n".join(lines)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -286,6 +331,21 @@ def _for_readers(run: _Run, grade: GradeResult) -> GradeResult:
                 if isinstance(row.get("summary"), str):
                     row["summary"] = withhold(row["summary"])
         p.summary = withhold(p.summary)
+    # The hardened mode's own summary, kept beside an official outcome in mode `both`, carries the
+    # same kaudit lines (its FAIL line, detail, check lines): the same text is withheld there.
+    # The official record is the deck's own scripts' output, shown as it ran (docs/regrade.md).
+    h = grade.hardened
+    if isinstance(h, dict):
+        for key in ("fail_line", "detail"):
+            text = h.get(key)
+            if isinstance(text, str) and _SOLUTION_TEXT.search(text):
+                run.keep(f"hardened.{key}", text)
+                h[key] = withhold(text)
+        lines = h.get("check_lines")
+        if isinstance(lines, list):
+            if any(_SOLUTION_TEXT.search(str(ln)) for ln in lines):
+                run.keep("hardened.check_lines", "\n".join(str(ln) for ln in lines))
+            h["check_lines"] = [withhold(str(ln)) for ln in lines]
     grade.operator_output = dict(run.operator)
     return grade
 
@@ -460,6 +520,7 @@ def _combine(run: _Run, mode: str, off: OfficialResult | None, hard: GradeResult
         assert hard is not None
         hard.mode, hard.decided_by = "hardened", "hardened"
         hard.provenance = prov
+        _note_build_fallback(run, hard)
         return hard
     assert off is not None
     if off.status in ("graded", "fail") or hard is None:
@@ -486,7 +547,22 @@ def _combine(run: _Run, mode: str, off: OfficialResult | None, hard: GradeResult
     g.official = off.to_dict()
     g.hardened = hard_summary
     g.disagreements = disagreements(off, hard)
+    _note_build_fallback(run, g, off)
     return g
+
+
+def _note_build_fallback(run: _Run, g: GradeResult, off: OfficialResult | None = None) -> None:
+    if g.correct is not True:
+        return
+    outputs = dict(run.operator)
+    if off is not None:  # the deck scripts' merged output is kept on their records, not as step output
+        for name, rec in (("official_check", off.check), ("official_benchmark", off.benchmark)):
+            if rec is not None and rec.output:
+                outputs[f"{name}.stdout"] = rec.output
+    found = survived_build_fault(outputs)
+    if found is not None:
+        g.build_fallback, lines = found
+        run.keep("build_fallback", lines)
 
 
 def _deck_dirs(problem_dir: Path) -> list[Path]:

@@ -113,6 +113,10 @@ class GradeResult:
     official: dict[str, Any] | None = None
     hardened: dict[str, Any] | None = None
     disagreements: list[str] = field(default_factory=list)
+    # A graded run whose own output shows a failed extension build it survived (graders.regrade.
+    # survived_build_fault): {"reason": infra reason, "steps": [...], "note": reader text}. The
+    # measured figure may be a fallback path's, so the synthesis does not publish it.
+    build_fallback: dict[str, Any] | None = None
     # OPERATOR-ONLY (never show it to readers; a service must gate it on the operator role): what
     # the solution's processes printed and the text of the exceptions they raised, bounded. Every
     # reader-facing field above carries that text withheld ("[message withheld: operator-only]").
@@ -132,6 +136,7 @@ class GradeResult:
             "fail_line": last_fail_line(self.check_lines),
             "shapes": [asdict(s) for s in self.shapes],
             "disagreements": list(self.disagreements),
+            "build_fallback": self.build_fallback,
             "official": self.official,
             "hardened": self.hardened if self.hardened is not None else (
                 mode_summary(self) if self.mode == "hardened" else None),

@@ -285,6 +285,8 @@ def report(rec: dict[str, Any]) -> list[str]:
         lines.append(f"   probe {p['probe']}: {p['status']}  {str(p.get('summary'))[:160]}")
     for d in g.get("disagreements") or []:
         lines.append(f"   DISAGREEMENT: {d}")
+    if g.get("build_fallback"):
+        lines.append(f"   BUILD FALLBACK: {g['build_fallback']}")
     prov = g.get("provenance") or {}
     lines.append(f"   gpu={prov.get('gpu_name')} sandbox={prov.get('sandbox')} "
                  f"official_sandbox={(prov.get('extra') or {}).get('official_sandbox')} "
@@ -308,7 +310,8 @@ def compact(rec: dict[str, Any]) -> dict[str, Any]:
                                               "shapes")} if hard else None,
         "probes": {p["probe"]: {"status": p["status"], "summary": p.get("summary"), "numbers": p.get("numbers")}
                    for p in g.get("probes") or []},
-        "disagreements": g.get("disagreements"), "wall_s": rec.get("wall_s"), "error": rec.get("error"),
+        "disagreements": g.get("disagreements"), "build_fallback": g.get("build_fallback"),
+        "wall_s": rec.get("wall_s"), "error": rec.get("error"),
         "provenance": {k: (g.get("provenance") or {}).get(k) for k in ("gpu_name", "driver", "cuda", "torch",
                                                                        "triton", "sandbox", "lock_wait_s",
                                                                        "smoke", "extra")},

@@ -694,6 +694,9 @@ def regrade_evidence_lines(ev: dict[str, Any]) -> list[str]:
         out.append(f"probe {p.get('probe')}: {p.get('status')}: {p.get('summary')}" + (f" ({nums})" if nums else ""))
     for d in ev.get("disagreements") or []:
         out.append(f"DISAGREEMENT: {d}")
+    fb = ev.get("build_fallback")
+    if isinstance(fb, dict) and fb.get("note"):
+        out.append(f"BUILD FALLBACK: {fb['note']}")
     return out
 
 

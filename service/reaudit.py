@@ -123,6 +123,7 @@ def grade_from_rows(m: Measurement, probes: Sequence[ProbeResultRow]) -> GradeRe
         official=prov_raw.get("official") if isinstance(prov_raw.get("official"), dict) else None,
         hardened=prov_raw.get("hardened") if isinstance(prov_raw.get("hardened"), dict) else None,
         disagreements=[str(d) for d in prov_raw.get("disagreements") or []],
+        build_fallback=prov_raw.get("build_fallback") if isinstance(prov_raw.get("build_fallback"), dict) else None,
     )
 
 

@@ -373,7 +373,8 @@ def regrade_modes(grade: GradeResult) -> dict[str, Any]:
     """The mode facts stored with the measurement: which ran, which decided, each mode's own
     outcome (bounded outputs and FAIL lines) and the disagreements (graders.official)."""
     return _json({"mode": grade.mode, "decided_by": grade.decided_by or grade.mode, "official": grade.official,
-                  "hardened": grade.hardened, "disagreements": list(grade.disagreements)})
+                  "hardened": grade.hardened, "disagreements": list(grade.disagreements),
+                  "build_fallback": grade.build_fallback})
 
 
 def _exec(session: Session, stmt: Any) -> int:

@@ -123,3 +123,77 @@ def test_a_build_fault_past_the_check_lines_400_characters_is_the_hosts_in_harde
     g = regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, mode="hardened")
     assert g.infra_failure and g.correct is None, (g.failure_reason, g.detail)
     assert g.provenance is not None and g.provenance.extra["infra_reason"] == "nvcc_missing"
+
+
+# ---------------------------------------------------------------------------------------------
+# A build failure the solution survives: it passes through a fallback path, so the figure the
+# regrade measures is not the kernel the run shipped (a real clean 07 run builds CUTLASS from
+# /tmp/cutlass, prints the error when the headers are absent and dequantises + matmuls instead).
+
+MISSING_HEADER_LOG = (
+    "[w4a16] CUTLASS extension build failed: Error building extension 'w4a16_ext': [1/2] "
+    "/usr/local/cuda/bin/nvcc -I/kaudit/absent/cutlass/include -I/kaudit/absent/cutlass/tools/util/include "
+    "-c cuda.cu -o cuda.cuda.o\nFAILED: cuda.cuda.o\n"
+    "cuda.cu:4:10: fatal error: cutlass/cutlass.h: No such file or directory\n"
+    "    4 | #include \"cutlass/cutlass.h\"\ncompilation terminated.\nninja: build stopped: subcommand failed.\n")
+
+
+@pytest.mark.parametrize("outputs, reason, steps", [
+    ({"official_check.stdout": "shape 0 ok\n" + MISSING_HEADER_LOG + "PASS\n", "check.stdout": MISSING_HEADER_LOG},
+     "build_dependency_missing", ["official_check", "check"]),
+    ({"benchmark.stderr": "Error building extension 'k': /bin/sh: 1: /usr/bin/nvcc: not found"},
+     "nvcc_missing", ["benchmark"]),
+    # a failed build no classification names is still a failed build
+    ({"check.stdout": "RuntimeError: Error compiling objects for extension\nerror: identifier x is undefined"},
+     "extension_build_failed", ["check"]),
+])
+def test_a_build_failure_in_a_graded_steps_output_is_found(outputs: dict[str, str], reason: str,
+                                                           steps: list[str]) -> None:
+    from graders.regrade import survived_build_fault
+
+    found = survived_build_fault(outputs)
+    assert found is not None
+    facts, lines = found
+    assert facts["reason"] == reason and facts["steps"] == steps
+    # the reader's note names kaudit's classification, never the solution's text
+    assert "cutlass" not in facts["note"] and "nvcc -I" not in facts["note"] and reason in facts["note"]
+    assert all(ln.split(":", 1)[0] in steps for ln in lines.splitlines())
+
+
+def test_no_build_failure_and_probe_output_are_not_a_fallback() -> None:
+    from graders.regrade import survived_build_fault
+
+    assert survived_build_fault({"check.stdout": "built w4a16_ext in 41.2 s\nPASS", "benchmark.stdout": ""}) is None
+    # a probe runs the solution on its own inputs; only the graded steps' output says what was timed
+    assert survived_build_fault({"probe.repeat_call.stdout": MISSING_HEADER_LOG}) is None
+
+
+
+
+def test_a_regrade_that_passes_after_a_failed_build_is_not_published(tmp_path: Any) -> None:
+    """End to end on the CPU: the real torch extension builder fails on a missing header (g++ and
+    ninja of this host), the solution falls back and passes both modes; the record says so, the
+    solution's text stays operator-only, and the synthesis will not publish the figure."""
+    import shutil
+
+    if shutil.which("ninja") is None and shutil.which("ninja-build") is None:
+        pytest.skip("no ninja on this host: torch's extension builder refuses before compiling")
+    from audit_rules.synthesis import _build_fallback
+    from graders.regrade import regrade
+
+    from .conftest import OFFICIAL_DECK, OFFICIAL_SOLUTIONS, import_deck
+
+    deck = import_deck(OFFICIAL_DECK / "problems", "tiny", tmp_path / "data", OFFICIAL_DECK / "src")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "solution.py").write_text((OFFICIAL_SOLUTIONS / "build_fallback.py").read_text())
+    g = regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, mode="both")
+    assert g.correct is True and not g.infra_failure, (g.failure_reason, g.detail, g.official)
+    assert g.build_fallback is not None, sorted(g.operator_output)
+    assert g.build_fallback["reason"] == "build_dependency_missing"
+    assert set(g.build_fallback["steps"]) >= {"official_check", "check"}
+    assert "kaudit_absent/gemm.h" in g.operator_output["build_fallback"]
+    ev = g.evidence()
+    assert ev["build_fallback"] == g.build_fallback and "kaudit_absent" not in str(ev["build_fallback"])
+    note = _build_fallback(g, 0.2)
+    assert note is not None and "build_dependency_missing" in note and "the archive's 0.2000" in note

@@ -208,3 +208,16 @@ def test_pass_lines_count_like_grep_axc_and_evidence_is_bounded() -> None:
     assert official.bounded("short") == ("short", False)
     assert official.classify_env("ModuleNotFoundError: No module named 'hypothesis'") == "harness_env_missing"
     assert official.classify_env("ModuleNotFoundError: No module named 'my_sidecar'") is None
+
+
+def test_the_hardened_summary_beside_the_official_outcome_withholds_the_solutions_text(
+        tmp_path: Path, deck: Any) -> None:
+    """In mode both the hardened outcome is kept as a summary beside the official one: its FAIL
+    line, detail and check lines carry the solution's exception message withheld, as the top-level
+    fields of a hardened regrade do; the message itself is operator-only."""
+    g = _grade(tmp_path, deck, "raises", "raise ImportError('secret-read-by-the-solution-7731')\n")
+    assert g.correct is False and g.hardened["status"] == "fail"
+    shown = json.dumps({k: g.hardened.get(k) for k in ("fail_line", "detail", "check_lines")})
+    assert "secret-read-by-the-solution-7731" not in shown
+    assert "ImportError: [message withheld: operator-only]" in g.hardened["fail_line"]
+    assert "secret-read-by-the-solution-7731" in "\n".join(g.operator_output.values())

@@ -144,3 +144,40 @@ def test_audit_regrade_mode_on_the_cli(svc: Services, env: dict[str, str], tmp_p
     assert "verdict=fail" in res.stdout and "regrade: mode=official decided_by=official" in res.stdout
     assert "official says: FAIL: shape 0" in res.stdout and "case large_x" in res.stdout
     assert "hardened:" not in res.stdout  # official mode alone runs no hardened grader
+
+
+def test_a_job_that_passes_after_a_failed_build_says_so_and_is_not_published(
+        client: TestClient, svc: Services, env: dict[str, str], tmp_path: Path) -> None:
+    """The solution's extension build fails on a missing header (real g++/ninja of this host), it
+    falls back to torch and passes both modes: the build fallback reaches the measurement, a
+    rebuilt record, GET /jobs/{id}, the verdict (not published), report.md and `regrade --wait`."""
+    import shutil
+
+    if shutil.which("ninja") is None:
+        pytest.skip("no ninja on this host: torch's extension builder refuses before compiling")
+    from service.worker.engine import JobProcessor
+
+    run_id = _ingest_tiny(svc, tmp_path, "build_fallback.py")
+    job_id = svc.jobs.enqueue_regrade(run_id, probes=[], mode="both").job.id
+    proc = JobProcessor(svc.settings, svc.db, gpu=None, device="cpu")
+    assert proc.run_once(svc.settings.worker_gpu_pool, job_id) == job_id
+    with svc.db.session() as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.state == "succeeded", job.error if job else None
+        m = session.scalars(select(Measurement).where(Measurement.job_id == job_id)).one()
+        fb = dict(m.provenance)["build_fallback"]
+        from service.reaudit import grade_from_rows
+
+        assert grade_from_rows(m, []).build_fallback == fb
+    assert m.correct is True and fb["reason"] == "build_dependency_missing"
+    assert "official_check" in fb["steps"] and "kaudit_absent" not in str(fb)
+    got = client.get(f"/jobs/{job_id}").json()
+    assert got["result"]["regrade"]["build_fallback"] == fb
+    verdict = client.get(f"/runs/{run_id}").json()["current_verdict"]
+    assert verdict["correct"] is True and verdict["publish_grade"] is False
+    assert any("failed extension build (build_dependency_missing)" in r for r in verdict["reasons"])
+    md = client.get(f"/runs/{run_id}/report.md").text
+    assert "**Build fallback:**" in md
+    waited = cli(env, "regrade", run_id, "--mode", "both", "--probes", "", "--wait")
+    assert waited.exit_code == 0, waited.output
+    assert "BUILD FALLBACK: the solution's own output in the official check" in waited.stdout
