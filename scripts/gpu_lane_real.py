@@ -281,6 +281,9 @@ def report(rec: dict[str, Any]) -> list[str]:
                      f"ms[{_ms(hard.get('shapes'))}]")
         if hard.get("fail_line") or hard.get("status") not in ("graded",):
             lines.append(f"     {hard.get('fail_line') or hard.get('detail')}")
+        # the timer's own record per shape (host-inclusive figure, hold, SM clock and slowdowns)
+        lines.extend(f"     | {ln[:320]}" for ln in hard.get("benchmark_lines") or []
+                     if str(ln).startswith(("l2:", "clock_warning:", "timing shape=", "timing_escape")))
     for p in g.get("probes") or []:
         lines.append(f"   probe {p['probe']}: {p['status']}  {str(p.get('summary'))[:160]}")
     for d in g.get("disagreements") or []:
