@@ -101,6 +101,7 @@ class RegradeRequest:
     regrade_fn: RegradeFn | None = None  # graders.regrade.regrade unless a door passes its own
     mode: str | None = None  # official | hardened | both; None: the deck's default (graders.regrade)
     allow_unsafe_sandbox: bool | None = None  # None: the setting (graders.sandbox refuses without bwrap)
+    build_deps: str | None = None  # DEST=SRC,... (graders.sandbox.parse_build_deps); None: KAUDIT_BUILD_DEPS
     # Where the staged solution and the regrade's own scratch live (a service passes
     # <data_dir>/scratch and a per-job prefix so `kaudit gc` finds a killed job's leftovers).
     scratch_dir: Path | None = None
@@ -143,6 +144,8 @@ def _regrade(archive: UnpackedArchive, run: ParsedRun, deck: DeckSnapshot, findi
             extra["scratch_dir"] = Path(tmp)
         if req.allow_unsafe_sandbox is not None:
             extra["allow_unsafe_sandbox"] = req.allow_unsafe_sandbox
+        if req.build_deps is not None:
+            extra["build_deps"] = req.build_deps
         grade = fn(sol_dir, run.problem, Path(deck.root), device=req.device, probes=probes, lock=req.lock,
                    timeout_s=req.timeout_s, progress=req.progress, gpu=req.gpu, run_dir=req.run_dir, **extra)
     return grade, probes

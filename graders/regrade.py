@@ -51,6 +51,8 @@ from graders.sandbox import (
     SandboxUnavailable,
     StepResult,
     Workspace,
+    build_deps_from_env,
+    parse_build_deps,
     prepare_workspace,
     unsafe_allowed_by_env,
 )
@@ -199,6 +201,7 @@ class _Run:
         self.allow_unsafe = False
         self.extra: dict[str, Any] = {}
         self.operator: dict[str, str] = {}  # operator-only output of the steps (bounded)
+        self.deps: tuple[tuple[str, str], ...] = ()  # declared build dependencies (dest, src)
 
     def keep(self, key: str, text: str) -> None:
         if text:
@@ -263,6 +266,7 @@ def regrade(
     scratch_dir: Path | None = None,
     mode: str | None = None,
     allow_unsafe_sandbox: bool | None = None,
+    build_deps: str | Sequence[tuple[str, str]] | None = None,
 ) -> GradeResult:
     """Grade one solution on an idle locked GPU, in `mode`, then probe it.
 
@@ -282,6 +286,10 @@ def regrade(
     regrade is an infra failure `sandbox_unavailable`, unless `allow_unsafe_sandbox` (default: the
     KAUDIT_ALLOW_UNSAFE_SANDBOX environment flag) lets it run as a plain subprocess, recorded in
     the provenance. `mem_limit_mib` is clamped to a share of the host's memory (None: that share).
+    `build_deps` (`DEST=SRC,...` or (dest, src) pairs; None: the KAUDIT_BUILD_DEPS environment
+    variable): build dependencies the runs' original hosts had at DEST (a CUTLASS checkout), bound
+    read-only from SRC at DEST in every sandboxed step of both modes (graders.sandbox.parse_build_deps;
+    ValueError when one is malformed or missing).
     """
     problem_dir = (Path(deck_root) / problem).resolve()
     if not (problem_dir / "problem.yaml").is_file():
@@ -302,6 +310,14 @@ def regrade(
     run = _Run(Path(solution_dir), problem_dir, device, gpu if device == "cuda" else None, progress, smoke)
     run.extra["mode"] = chosen
     run.allow_unsafe = unsafe_allowed_by_env() if allow_unsafe_sandbox is None else bool(allow_unsafe_sandbox)
+    if build_deps is None:
+        run.deps = build_deps_from_env()
+    elif isinstance(build_deps, str):
+        run.deps = parse_build_deps(build_deps)
+    else:
+        run.deps = parse_build_deps(",".join(f"{d}={s}" for d, s in build_deps))
+    if run.deps:
+        run.extra["build_deps"] = [{"dest": d, "src": s} for d, s in run.deps]
     tmp = Path(tempfile.mkdtemp(prefix="kaudit-regrade-", dir=scratch_dir))
     try:
         grade = _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir, chosen)
@@ -434,7 +450,8 @@ def _official(run: _Run, ws: Any, tmp: Path, timeout_s: float, sandbox_mode: str
         for d in (cache / "triton", cache / "torch_extensions", cache / "cuda", cache / "tmp", ows.out, ows.clean):
             d.mkdir(parents=True, exist_ok=True)
         config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s + 60.0,
-                               mem_limit_mib=mem_limit_mib, mode=mode, allow_unsafe=run.allow_unsafe)
+                               mem_limit_mib=mem_limit_mib, mode=mode, allow_unsafe=run.allow_unsafe,
+                               dep_binds=run.deps)
         try:
             sb = Sandbox(ows, config, [loc.root.parent])
         except SandboxSetupError as exc:
@@ -597,7 +614,7 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
     # autotune chose instead of re-running every config in each step. Official mode does not:
     # the deck's own scripts autotune afresh, as the benchmark's regrade does.
     config = SandboxConfig(device=run.device, gpu=run.gpu, timeout_s=timeout_s, mem_limit_mib=mem_limit_mib,
-                           mode=sandbox_mode, allow_unsafe=run.allow_unsafe,
+                           mode=sandbox_mode, allow_unsafe=run.allow_unsafe, dep_binds=run.deps,
                            extra_env=(("TRITON_CACHE_AUTOTUNING", "1"),))
     try:
         sb = Sandbox(ws, config, _deck_dirs(run.problem_dir))

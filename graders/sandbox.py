@@ -115,6 +115,43 @@ class SandboxUnavailable(SandboxSetupError):
     """bubblewrap cannot be used here and the operator did not allow running without it."""
 
 
+BUILD_DEPS_ENV = "KAUDIT_BUILD_DEPS"
+# Where a declared dependency may not be mounted: the sandbox's own kernel/device views.
+_DEP_FORBIDDEN = ("/proc", "/dev", "/sys")
+
+
+def parse_build_deps(text: str) -> tuple[tuple[str, str], ...]:
+    """`DEST=SRC[,DEST=SRC...]` -> ((dest, src), ...): a build dependency of the runs (a CUTLASS
+    checkout, say) that their original hosts had at DEST and this host has at SRC. Each SRC is
+    bound read-only at DEST inside every regrade sandbox (official and hardened), so a solution
+    that builds with `-I/workspace/refs/cutlass/include` builds here as it did there.
+    ValueError names the entry that is malformed, relative, forbidden or missing."""
+    out: list[tuple[str, str]] = []
+    for raw in (text or "").split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        dest, sep, src = entry.partition("=")
+        dest, src = dest.strip(), src.strip()
+        if not sep or not dest or not src:
+            raise ValueError(f"build dependency {entry!r}: expected DEST=SRC")
+        if not (dest.startswith("/") and src.startswith("/")):
+            raise ValueError(f"build dependency {entry!r}: both paths must be absolute")
+        norm = os.path.normpath(dest)
+        if norm == "/" or any(norm == f or norm.startswith(f + "/") for f in _DEP_FORBIDDEN):
+            raise ValueError(f"build dependency {entry!r}: {norm} cannot be a mount point in the sandbox")
+        if not os.path.isdir(src):
+            raise ValueError(f"build dependency {entry!r}: {src} is not a folder on this host")
+        if any(norm == d for d, _ in out):
+            raise ValueError(f"build dependency {entry!r}: {norm} is declared twice")
+        out.append((norm, os.path.realpath(src)))
+    return tuple(out)
+
+
+def build_deps_from_env() -> tuple[tuple[str, str], ...]:
+    return parse_build_deps(os.environ.get(BUILD_DEPS_ENV, ""))
+
+
 def unsafe_allowed_by_env() -> bool:
     return os.environ.get(UNSAFE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -176,6 +213,8 @@ class SandboxConfig:
     python: str = sys.executable
     extra_env: tuple[tuple[str, str], ...] = ()
     extra_ro_paths: tuple[str, ...] = ()  # additional read-only binds (e.g. a CUDA toolkit elsewhere)
+    # operator-declared build dependencies, (dest, src): src bound read-only at dest (parse_build_deps)
+    dep_binds: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -318,7 +357,8 @@ def _created_dirs(dests: Sequence[str]) -> list[str]:
 
 
 def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: int, tmpfs_mib: int,
-                python: str = sys.executable, privileged: bool | None = None) -> list[str]:
+                python: str = sys.executable, privileged: bool | None = None,
+                dep_binds: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The bwrap command line (without the command).
 
     Run by a non-root service: one unprivileged bwrap (user namespace mapping the service's uid
@@ -345,11 +385,18 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
         "--dev", "/dev",
         "--perms", "01777", "--size", size, "--tmpfs", "/tmp",
     ]
-    dests = [*ro, *map(str, rw)]
+    for dest, _ in dep_binds:
+        inside = next((p for p in [*ro, *map(str, rw)] if dest == p or dest.startswith(p.rstrip("/") + "/")), None)
+        if inside is not None:
+            raise SandboxSetupError(f"build dependency {dest}: inside the sandbox's bind of {inside}, where no "
+                                    "mount point can be made; declare a destination outside it")
+    dests = [*ro, *map(str, rw), *(d for d, _ in dep_binds)]
     for d in _created_dirs(dests):
         ns += ["--perms", "0755", "--dir", d]
     for p in ro:
         ns += ["--ro-bind", p, p]
+    for dest, src in dep_binds:
+        ns += ["--ro-bind", src, dest]
     for dev in sorted(Path("/dev").glob("nvidia*")):
         ns += ["--dev-bind", str(dev), str(dev)]
     if Path("/dev/shm").is_dir():
@@ -600,6 +647,9 @@ class Sandbox:
             "no_new_privs": True,
             "seccomp": bw,
             "limits": self.limits.to_dict(),
+            # declared build dependencies: bound read-only at their destination under bubblewrap;
+            # a plain subprocess sees the host's own paths (nothing can be remapped there)
+            "build_deps": [{"dest": d, "src": s_, "bound": bw} for d, s_ in self.config.dep_binds],
         }
 
     def _env(self, trusted: bool) -> dict[str, str]:
@@ -680,7 +730,13 @@ class Sandbox:
             except (OSError, ValueError) as exc:
                 return StepResult(step, False, None, "setup", f"cannot build the seccomp filter: {exc}", None, False,
                                   False, 0.0, self.mode, False)
-            cmd = [*_bwrap_args(rw, ro, cwd, seccomp_fd, self.limits.tmpfs_mib, self.config.python), *cmd]
+            try:
+                args = _bwrap_args(rw, ro, cwd, seccomp_fd, self.limits.tmpfs_mib, self.config.python,
+                                   dep_binds=self.config.dep_binds)
+            except SandboxSetupError as exc:
+                os.close(seccomp_fd)
+                return StepResult(step, False, None, "setup", str(exc), None, False, False, 0.0, self.mode, False)
+            cmd = [*args, *cmd]
         nonce = secrets.token_hex(16)
         r_fd, w_fd = os.pipe()
         hello = json.dumps(

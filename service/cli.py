@@ -427,7 +427,8 @@ def audit(
         lock = LockConfig(path_template=settings.gpu_lock_path, timeout_s=max(settings.gpu_busy_timeout_s, 1.0))
         regrade = RegradeRequest(device=device, probes=probe_list, timeout_s=settings.regrade_timeout_s,
                                  lock=lock if device == "cuda" else None, mode=mode,
-                                 allow_unsafe_sandbox=True if (unsafe_no_sandbox or settings.allow_unsafe_sandbox) else None)
+                                 allow_unsafe_sandbox=True if (unsafe_no_sandbox or settings.allow_unsafe_sandbox) else None,
+                                 build_deps=settings.build_deps or None)
     state = {"decks": svc.decks.snapshots(), "limits": settings.limits, "regrade": regrade,
              "others": frozenset(svc.runs.run_ids()), "full": as_json}
     svc.db.dispose()  # nothing below touches the database (and pool processes must not share it)

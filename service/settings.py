@@ -70,6 +70,13 @@ class Settings(BaseSettings):
                     "provenance). Read by the grader from KAUDIT_ALLOW_UNSAFE_SANDBOX itself",
     )
 
+    build_deps: str = Field(
+        default="",
+        description="build dependencies of the runs, DEST=SRC[,DEST=SRC]: a folder the runs' original hosts had "
+                    "at DEST (a CUTLASS checkout under /workspace/refs, say) and this host has at SRC, bound "
+                    "read-only at DEST in every regrade sandbox (graders.sandbox.parse_build_deps)",
+    )
+
     # Garbage collection (service.gc): leftovers younger than gc_min_age_s are never touched.
     gc_min_age_s: float = Field(default=3600.0, ge=60, description="age before a leftover may be collected")
     gc_interval_s: float = Field(default=3600.0, ge=0, description="periodic gc in `kaudit serve` (0: off)")
@@ -94,6 +101,14 @@ class Settings(BaseSettings):
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"gpu_lock_path may only use the placeholder {{gpu}}: {exc}") from exc
         return value
+
+    @field_validator("build_deps")
+    @classmethod
+    def _deps(cls, value: str) -> str:
+        from graders.sandbox import parse_build_deps
+
+        parse_build_deps(value)  # ValueError names the bad entry
+        return value.strip()
 
     @field_validator("worker_gpus")
     @classmethod

@@ -298,6 +298,7 @@ class JobProcessor:
             regrade_fn=self.regrade_fn, mode=claim.mode or None,
             # the operator's explicit unsafe flag (regrades refuse to run without bubblewrap otherwise)
             allow_unsafe_sandbox=True if self.settings.allow_unsafe_sandbox else None,
+            build_deps=self.settings.build_deps or None,
             scratch_dir=self.settings.scratch_dir, scratch_prefix=f"kaudit-job{claim.job_id}-",
         )
         t0 = time.monotonic()
