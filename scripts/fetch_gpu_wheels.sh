@@ -13,4 +13,10 @@ for pin in $pins; do
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "$pin"
 done
 (cd .whl/deb && { apt-get download bubblewrap 2>/dev/null || { apt-get update -qq && apt-get download bubblewrap; }; })
+# CUTLASS's source tree for declared build dependencies (scripts/gpu_lane_real.sh unpacks it): PyPI's
+# nvidia-cutlass wheel carries include/, tools/util/include and examples/ under cutlass_library/source.
+# In .whl/deps, not .whl: it is never pip-installed.
+mkdir -p .whl/deps
+"$PY" -m pip download -q --no-deps -d .whl/deps "nvidia-cutlass==4.2.0.0" || echo "nvidia-cutlass not fetched"
+
 ls .whl .whl/deb

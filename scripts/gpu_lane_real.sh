@@ -56,6 +56,17 @@ if ! command -v bwrap > /dev/null 2>&1; then
     [ -e "$deb" ] && dpkg -x "$deb" /tmp/bwroot && export PATH="/tmp/bwroot/usr/bin:$PATH"
   done
 fi
+# A carried CUTLASS source tree (scripts/fetch_gpu_wheels.sh puts PyPI's nvidia-cutlass wheel, which
+# ships the whole tree under cutlass_library/source, in .whl/deps): unpacked once and declared as a
+# build dependency at the paths the corpus's CUTLASS runs expect (/tmp/cutlass, /workspace/refs/cutlass),
+# unless the caller set KAUDIT_BUILD_DEPS itself (docs/regrade.md, "Declared build dependencies").
+for whl in .whl/deps/nvidia_cutlass-*.whl; do
+  [ -e "$whl" ] || continue
+  [ -d /tmp/kaudit-cutlass/cutlass_library/source/include ] || "$PY" -m zipfile -e "$whl" /tmp/kaudit-cutlass
+  src=/tmp/kaudit-cutlass/cutlass_library/source
+  export KAUDIT_BUILD_DEPS="${KAUDIT_BUILD_DEPS-/tmp/cutlass=$src,/workspace/refs/cutlass=$src}"
+done
+echo "build deps: ${KAUDIT_BUILD_DEPS:-none}"
 echo "bwrap: $(command -v bwrap || echo 'absent (sandbox falls back to a plain subprocess; provenance says so)')"
 "$PY" -c "import torch, triton, yaml; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available())"
 "$PY" -c "import hypothesis; print('hypothesis', hypothesis.__version__)" 2>/dev/null \
