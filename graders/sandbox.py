@@ -386,10 +386,15 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
         "--perms", "01777", "--size", size, "--tmpfs", "/tmp",
     ]
     for dest, _ in dep_binds:
-        inside = next((p for p in [*ro, *map(str, rw)] if dest == p or dest.startswith(p.rstrip("/") + "/")), None)
+        binds = [*ro, *map(str, rw)]
+        inside = next((p for p in binds if dest == p or dest.startswith(p.rstrip("/") + "/")), None)
         if inside is not None:
             raise SandboxSetupError(f"build dependency {dest}: inside the sandbox's bind of {inside}, where no "
                                     "mount point can be made; declare a destination outside it")
+        covers = next((p for p in binds if p.startswith(dest.rstrip("/") + "/")), None)
+        if covers is not None:
+            raise SandboxSetupError(f"build dependency {dest}: would cover the sandbox's bind of {covers} (the "
+                                    "interpreter, the deck or the workspace); declare a narrower destination")
     dests = [*ro, *map(str, rw), *(d for d, _ in dep_binds)]
     for d in _created_dirs(dests):
         ns += ["--perms", "0755", "--dir", d]

@@ -104,3 +104,17 @@ def test_a_destination_inside_a_system_bind_is_an_infra_failure_that_says_why(tm
     assert g.infra_failure and g.correct is None, (g.failure_reason, g.detail)
     assert "inside the sandbox's bind of /usr" in (g.detail or ""), g.detail
     assert g.provenance is not None and g.provenance.extra.get("infra_reason") == "sandbox_setup", g.provenance.extra
+
+
+def test_a_destination_may_neither_sit_inside_nor_cover_a_bind_the_sandbox_needs(tmp_path: Path) -> None:
+    from graders.sandbox import SandboxSetupError, _bwrap_args
+
+    ro, rw = ["/usr", "/opt/torch/.venv"], [tmp_path / "work"]
+    ok = _bwrap_args(rw, ro, tmp_path, 3, 64, dep_binds=[("/workspace/refs/cutlass", str(tmp_path))])
+    i = ok.index("/workspace/refs/cutlass")
+    assert ok[i - 2:i + 1] == ["--ro-bind", str(tmp_path), "/workspace/refs/cutlass"]
+    assert ok.index("--ro-bind") < i and ok.index("/tmp") < i  # after the /tmp tmpfs and the system binds
+    with pytest.raises(SandboxSetupError, match="inside the sandbox's bind of /usr"):
+        _bwrap_args(rw, ro, tmp_path, 3, 64, dep_binds=[("/usr/local/cutlass", str(tmp_path))])
+    with pytest.raises(SandboxSetupError, match="would cover the sandbox's bind of /opt/torch/.venv"):
+        _bwrap_args(rw, ro, tmp_path, 3, 64, dep_binds=[("/opt", str(tmp_path))])
