@@ -138,7 +138,7 @@ def parse_build_deps(text: str) -> tuple[tuple[str, str], ...]:
         if not (dest.startswith("/") and src.startswith("/")):
             raise ValueError(f"build dependency {entry!r}: both paths must be absolute")
         norm = os.path.normpath(dest)
-        if norm == "/" or any(norm == f or norm.startswith(f + "/") for f in _DEP_FORBIDDEN):
+        if norm == "/" or any(norm == f or _below(norm, f) for f in _DEP_FORBIDDEN):
             raise ValueError(f"build dependency {entry!r}: {norm} cannot be a mount point in the sandbox")
         if not os.path.isdir(src):
             raise ValueError(f"build dependency {entry!r}: {src} is not a folder on this host")
@@ -340,6 +340,11 @@ _DROP = (f"import os,sys; os.setgroups([]); os.setgid({SANDBOX_GID}); os.setuid(
          f"os.getuid() == {SANDBOX_UID} or os._exit(126); os.execvp(sys.argv[1], sys.argv[1:])")
 
 
+def _below(path: str, root: str) -> bool:
+    """`path` lies strictly below the folder `root`."""
+    return path.startswith(root.rstrip("/") + "/")
+
+
 def _created_dirs(dests: Sequence[str]) -> list[str]:
     """Ancestors of the bind destinations that bwrap must create (made 0755: bwrap's own 0700
     would lock uid 65534 out of a bound interpreter under /root)."""
@@ -350,7 +355,7 @@ def _created_dirs(dests: Sequence[str]) -> list[str]:
             a = str(anc)
             if a in ("/", "/tmp", "/dev", "/proc") or a in binds:
                 continue
-            if any(a.startswith(b.rstrip("/") + "/") for b in binds):
+            if any(_below(a, b) for b in binds):
                 continue  # inside a bound host folder: it exists there
             out.add(a)
     return sorted(out, key=lambda x: (x.count("/"), x))
@@ -370,7 +375,7 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
     privileged = drops_to_nobody() if privileged is None else privileged
     size = str(tmpfs_mib << 20)
     bw = os.path.realpath(shutil.which(BWRAP) or BWRAP)
-    if privileged and not any(bw.startswith(r.rstrip("/") + "/") for r in ro):
+    if privileged and not any(_below(bw, r) for r in ro):
         ro = [*ro, os.path.dirname(bw)]  # the inner bwrap runs inside the outer one
     ns = [
         "--unshare-net",
@@ -385,17 +390,17 @@ def _bwrap_args(rw: Sequence[Path], ro: Sequence[str], cwd: Path, seccomp_fd: in
         "--dev", "/dev",
         "--perms", "01777", "--size", size, "--tmpfs", "/tmp",
     ]
+    binds = [*ro, *map(str, rw)]
     for dest, _ in dep_binds:
-        binds = [*ro, *map(str, rw)]
-        inside = next((p for p in binds if dest == p or dest.startswith(p.rstrip("/") + "/")), None)
+        inside = next((p for p in binds if dest == p or _below(dest, p)), None)
         if inside is not None:
             raise SandboxSetupError(f"build dependency {dest}: inside the sandbox's bind of {inside}, where no "
                                     "mount point can be made; declare a destination outside it")
-        covers = next((p for p in binds if p.startswith(dest.rstrip("/") + "/")), None)
+        covers = next((p for p in binds if _below(p, dest)), None)
         if covers is not None:
             raise SandboxSetupError(f"build dependency {dest}: would cover the sandbox's bind of {covers} (the "
                                     "interpreter, the deck or the workspace); declare a narrower destination")
-    dests = [*ro, *map(str, rw), *(d for d, _ in dep_binds)]
+    dests = [*binds, *(d for d, _ in dep_binds)]
     for d in _created_dirs(dests):
         ns += ["--perms", "0755", "--dir", d]
     for p in ro:
