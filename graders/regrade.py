@@ -328,13 +328,9 @@ def regrade(
 
 def _for_readers(run: _Run, grade: GradeResult) -> GradeResult:
     """Move the solution-controlled text out of every reader-facing field into operator_output."""
-    if any(_SOLUTION_TEXT.search(ln) for ln in grade.check_lines):
-        run.keep("check_lines", "\n".join(grade.check_lines))
-    grade.check_lines = [withhold(ln) for ln in grade.check_lines]
+    grade.check_lines = _withheld_lines(run, "check_lines", grade.check_lines)
     if grade.detail:
-        if _SOLUTION_TEXT.search(grade.detail):
-            run.keep("detail", grade.detail)
-        grade.detail = withhold(grade.detail)
+        grade.detail = _withheld(run, "detail", grade.detail)
     for p in grade.probes:
         for key in _OPERATOR_KEYS:
             if key in p.numbers:
@@ -353,17 +349,26 @@ def _for_readers(run: _Run, grade: GradeResult) -> GradeResult:
     h = grade.hardened
     if isinstance(h, dict):
         for key in ("fail_line", "detail"):
-            text = h.get(key)
-            if isinstance(text, str) and _SOLUTION_TEXT.search(text):
-                run.keep(f"hardened.{key}", text)
-                h[key] = withhold(text)
-        lines = h.get("check_lines")
-        if isinstance(lines, list):
-            if any(_SOLUTION_TEXT.search(str(ln)) for ln in lines):
-                run.keep("hardened.check_lines", "\n".join(str(ln) for ln in lines))
-            h["check_lines"] = [withhold(str(ln)) for ln in lines]
+            if isinstance(h.get(key), str):
+                h[key] = _withheld(run, f"hardened.{key}", h[key])
+        if isinstance(h.get("check_lines"), list):
+            h["check_lines"] = _withheld_lines(run, "hardened.check_lines", [str(ln) for ln in h["check_lines"]])
     grade.operator_output = dict(run.operator)
     return grade
+
+
+def _withheld(run: _Run, key: str, text: str) -> str:
+    """`text` with the solution's messages withheld; the original kept operator-only under `key`."""
+    if _SOLUTION_TEXT.search(text):
+        run.keep(key, text)
+    return withhold(text)
+
+
+def _withheld_lines(run: _Run, key: str, lines: list[str]) -> list[str]:
+    """Each line withheld as `_withheld` does; the original lines kept together under `key`."""
+    if any(_SOLUTION_TEXT.search(ln) for ln in lines):
+        run.keep(key, "\n".join(lines))
+    return [withhold(ln) for ln in lines]
 
 
 def _infra(run: _Run, reason: str, detail: str, check_lines: list[str] | None = None) -> GradeResult:
@@ -419,7 +424,9 @@ def _modes(run: _Run, ws: Any, tmp: Path, mode: str, shape_set: str, wanted: lis
         hard_skip = official.hardened_support(run.problem_dir)
         if hard_skip is None:
             hard = _locked(run, ws, shape_set, wanted, timeout_s, sandbox_mode, mem_limit_mib)
-    return _combine(run, mode, off, hard, hard_skip)
+    g = _combine(run, mode, off, hard, hard_skip)
+    _note_build_fallback(run, g, off)
+    return g
 
 
 def _official(run: _Run, ws: Any, tmp: Path, timeout_s: float, sandbox_mode: str,
@@ -537,7 +544,6 @@ def _combine(run: _Run, mode: str, off: OfficialResult | None, hard: GradeResult
         assert hard is not None
         hard.mode, hard.decided_by = "hardened", "hardened"
         hard.provenance = prov
-        _note_build_fallback(run, hard)
         return hard
     assert off is not None
     if off.status in ("graded", "fail") or hard is None:
@@ -564,7 +570,6 @@ def _combine(run: _Run, mode: str, off: OfficialResult | None, hard: GradeResult
     g.official = off.to_dict()
     g.hardened = hard_summary
     g.disagreements = disagreements(off, hard)
-    _note_build_fallback(run, g, off)
     return g
 
 
