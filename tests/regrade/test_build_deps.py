@@ -44,6 +44,15 @@ def test_the_service_setting_is_validated(tmp_path: Path) -> None:
     assert Settings(data_dir=tmp_path, build_deps=f"/workspace/refs/cutlass={tmp_path / 'c'}").build_deps
 
 
+def _regrade_tiny(tmp_path: Path, text: str, **kw: Any) -> Any:
+    """`text` as the solution of the tiny official deck's problem, regraded on the CPU under bwrap."""
+    deck = import_deck(OFFICIAL_DECK / "problems", "tiny", tmp_path / "data", OFFICIAL_DECK / "src")
+    sol = tmp_path / "sol"
+    sol.mkdir(exist_ok=True)
+    (sol / "solution.py").write_text(text)
+    return regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, sandbox_mode="bwrap", **kw)
+
+
 @pytest.fixture
 def deps(tmp_path: Path) -> str:
     tiny, other = tmp_path / "host-tiny", tmp_path / "host-other"
@@ -57,14 +66,8 @@ def deps(tmp_path: Path) -> str:
 @pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unusable on this host: nothing can be remapped")
 def test_a_solution_needing_its_hosts_folders_regrades_in_both_modes_once_they_are_declared(
         tmp_path: Path, deps: str) -> None:
-    deck = import_deck(OFFICIAL_DECK / "problems", "tiny", tmp_path / "data", OFFICIAL_DECK / "src")
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    (sol / "solution.py").write_text((OFFICIAL_SOLUTIONS / "needs_dep.py").read_text())
-
     def grade(**kw: Any) -> Any:
-        return regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, mode="both",
-                       sandbox_mode="bwrap", **kw)
+        return _regrade_tiny(tmp_path, (OFFICIAL_SOLUTIONS / "needs_dep.py").read_text(), mode="both", **kw)
 
     missing = grade(build_deps="")
     assert missing.correct is False and missing.official["status"] == "fail"
@@ -79,28 +82,19 @@ def test_a_solution_needing_its_hosts_folders_regrades_in_both_modes_once_they_a
 
 @pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unusable on this host: nothing can be remapped")
 def test_the_bound_folder_is_read_only(tmp_path: Path, deps: str) -> None:
-    deck = import_deck(OFFICIAL_DECK / "problems", "tiny", tmp_path / "data", OFFICIAL_DECK / "src")
-    sol = tmp_path / "sol"
-    sol.mkdir()
     text = (OFFICIAL_SOLUTIONS / "needs_dep.py").read_text().replace(
         "    BIAS = float(fh.read())",
         "    BIAS = float(fh.read())\nopen('/kaudit/deps/tiny/scale.txt', 'w').write('9')")
-    (sol / "solution.py").write_text(text)
-    g = regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, mode="hardened",
-                sandbox_mode="bwrap", build_deps=deps)
+    g = _regrade_tiny(tmp_path, text, mode="hardened", build_deps=deps)
     assert g.correct is False and "OSError" in (g.check_lines[-1] if g.check_lines else ""), g.check_lines
     assert (Path(deps.split(",")[0].split("=")[1]) / "scale.txt").read_text() == "1.0"
 
 
 @pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unusable on this host: nothing can be remapped")
 def test_a_destination_inside_a_system_bind_is_an_infra_failure_that_says_why(tmp_path: Path) -> None:
-    deck = import_deck(OFFICIAL_DECK / "problems", "tiny", tmp_path / "data", OFFICIAL_DECK / "src")
     (tmp_path / "dep").mkdir()
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    (sol / "solution.py").write_text((OFFICIAL_SOLUTIONS / "honest.py").read_text())
-    g = regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, mode="hardened",
-                sandbox_mode="bwrap", build_deps=f"/usr/kaudit-dep={tmp_path / 'dep'}")
+    g = _regrade_tiny(tmp_path, (OFFICIAL_SOLUTIONS / "honest.py").read_text(), mode="hardened",
+                      build_deps=f"/usr/kaudit-dep={tmp_path / 'dep'}")
     assert g.infra_failure and g.correct is None, (g.failure_reason, g.detail)
     assert "inside the sandbox's bind of /usr" in (g.detail or ""), g.detail
     assert g.provenance is not None and g.provenance.extra.get("infra_reason") == "sandbox_setup", g.provenance.extra
