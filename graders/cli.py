@@ -147,8 +147,15 @@ def bench_main(
     *,
     log: Path | None = None,
     deck_root: Path | None = None,
+    window_ms: float | None = None,
 ) -> int:
-    """Run kaudit's benchmark, print benchmark.log lines, return 0 when every shape was timed."""
+    """Run kaudit's benchmark, print benchmark.log lines, return 0 when every shape was timed.
+
+    `window_ms`: raise each shape's trials until they hold that much kernel time (default
+    graders.timing.WINDOW_MS; 0 keeps the deck's num_perf_trials)."""
+    if window_ms is not None and not window_ms >= 0:  # NaN too
+        print(f"benchmark_error usage: --window-ms must be a number >= 0, got {window_ms}", file=sys.stderr)
+        return 2
     dev = _prepare_device(device)
     if no_cuda_device(dev):
         return _refuse_no_cuda("bench")
@@ -160,7 +167,8 @@ def bench_main(
     code = 1
     try:
         problem_dir = resolve_problem(problem, deck, deck_root)
-        outcome = run_benchmark(Path(solution), problem_dir, device=dev, shapes=shape_set, emit=emit)
+        outcome = run_benchmark(Path(solution), problem_dir, device=dev, shapes=shape_set, emit=emit,
+                                window_ms=window_ms)
         code = 0 if outcome.ok else 1
     except Exception as exc:
         emit(f"benchmark_error grader: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
@@ -181,14 +189,19 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--device", choices=("cpu", "cuda"), default=None)
         p.add_argument("--shapes", choices=("all", "small"), default=None)
         p.add_argument("--log", type=Path, default=None)
+        if name == "bench":
+            p.add_argument("--window-ms", type=float, default=None,
+                           help="kernel time each shape's trials must hold (default 1000; 0: the deck's trials)")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    fn = check_main if args.cmd == "check" else bench_main
-    return fn(args.solution, args.problem, args.deck, args.device, args.shapes, log=args.log,
-              deck_root=args.deck_root)
+    if args.cmd == "check":
+        return check_main(args.solution, args.problem, args.deck, args.device, args.shapes, log=args.log,
+                          deck_root=args.deck_root)
+    return bench_main(args.solution, args.problem, args.deck, args.device, args.shapes, log=args.log,
+                      deck_root=args.deck_root, window_ms=args.window_ms)
 
 
 if __name__ == "__main__":

@@ -566,11 +566,16 @@ def bench(
     deck: Annotated[str, Opt(help="deck name")] = "hard",
     device: Annotated[str, Opt(help="cpu | cuda")] = "cuda",
     shapes: Annotated[str, Opt(help="all | small")] = "all",
+    window_ms: Annotated[float | None, Opt(help="kernel time each shape's trials hold on a GPU "
+                                                "(default 1000 ms; 0: the deck's num_perf_trials)")] = None,
 ) -> None:
     """kaudit's own benchmark (delegates to graders.cli.bench_main)."""
     from graders.cli import bench_main
 
-    raise typer.Exit(bench_main(solution, problem, deck, device, shapes, deck_root=_deck_root(deck, problem)))
+    if window_ms is not None and not window_ms >= 0:  # NaN too
+        reject(f"--window-ms must be >= 0, got {window_ms}")
+    raise typer.Exit(bench_main(solution, problem, deck, device, shapes, deck_root=_deck_root(deck, problem),
+                                window_ms=window_ms))
 
 
 def _deck_root(deck: str, problem: str) -> Path | None:

@@ -37,6 +37,16 @@ def test_check_main_writes_log_and_returns_code(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().out.splitlines()[-1] == text.splitlines()[-1]
 
 
+@pytest.mark.parametrize("bad", ["-1", "nan"])
+def test_bench_refuses_a_negative_or_nan_window(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from graders.cli import main
+
+    code = main(["bench", str(SOLUTIONS / "gemm" / "good.py"), "--problem", str(DECK / "gemm_tiny"),
+                 "--device", "cpu", "--window-ms", bad])
+    assert code == 2
+    assert "--window-ms must be a number >= 0" in capsys.readouterr().err
+
+
 def test_module_cli_subprocess_pass() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(

@@ -115,6 +115,23 @@ def test_each_device_timed_call_is_followed_by_a_clock_reading() -> None:
 
 
 @pytest.mark.timing
+def test_trials_are_raised_to_fill_the_window() -> None:
+    """A GEMM of tens of microseconds with a floor of 20 trials and a 200 ms window: thousands of
+    device-timed calls, capped at 500 here, each followed by its clock reading; the flush is queued behind the
+    hold (the default), and the same call with the flush before the hold times within 10 %."""
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    timer = ColdL2Timer()
+    assert timer.flush_in_queue
+    stats = timer.measure(lambda: torch.mm(a, a), warmup=3, trials=20, window_ms=200.0, max_trials=500)
+    assert stats.trials == 500 and len(stats.event_ms) == 500
+    assert stats.clock.samples in (0, 500)
+    timer.flush_in_queue = False
+    before = timer.measure(lambda: torch.mm(a, a), warmup=3, trials=20, window_ms=200.0, max_trials=500)
+    assert abs(before.median_ms - stats.median_ms) / stats.median_ms < 0.10, (before.median_ms, stats.median_ms)
+    print(f"flush queued {stats.median_ms:.4f} ms, flush before hold {before.median_ms:.4f} ms")
+
+
+@pytest.mark.timing
 def test_work_escaping_to_another_stream_is_flagged() -> None:
     """A call that launches its work on a side stream and returns: events see nothing."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

@@ -7,10 +7,12 @@ import pytest
 from graders.logformat import parse_benchmark_log
 from graders.timing import (
     CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE,
+    MAX_TRIALS,
     SMOKE_LINE,
     L2Control,
     run_benchmark,
     summarize,
+    window_trials,
 )
 
 from .conftest import DECK, SOLUTIONS
@@ -86,3 +88,26 @@ def test_escape_overrides_the_device_series() -> None:
     # series is what is reported, never the smaller device figure.
     s = summarize([0.1] * 5, [2.0] * 5, 0.02, 0, 0, "reset", device_events=[0.01] * 20)
     assert s.timing_escape and s.median_ms == pytest.approx(1.98) and s.trials == 5
+
+
+def test_window_trials_fill_the_window_between_the_deck_floor_and_the_cap() -> None:
+    # a 0.03 ms call: 1,000 ms of kernel time is 33,334 calls, capped at MAX_TRIALS
+    assert window_trials(50, 0.03, 1000.0) == MAX_TRIALS
+    # a 4 ms call: 250 calls hold the window, more than the deck's 50
+    assert window_trials(50, 4.0, 1000.0) == 250
+    # a 100 ms call: the deck's own count already holds more than the window
+    assert window_trials(20, 100.0, 1000.0) == 20
+    # a deck floor above the cap is kept: the policy only ever adds trials
+    assert window_trials(5000, 0.01, 1000.0, max_trials=2000) == 5000
+    # no window, or no usable estimate: the deck's count
+    assert window_trials(50, 0.03, 0.0) == 50
+    assert window_trials(50, float("nan"), 1000.0) == 50
+    assert window_trials(50, 0.0, 1000.0) == 50
+
+
+def test_cpu_benchmark_keeps_the_given_trials_and_says_the_window() -> None:
+    lines: list[str] = []
+    run_benchmark(SOLUTIONS / "gemm" / "good.py", DECK / "gemm_tiny", device="cpu", shapes="small",
+                  emit=lines.append, warmup=1, trials=3)
+    timing = [ln for ln in lines if ln.startswith("timing shape=")]
+    assert timing and all(" trials=3 deck_trials=3 window_ms=0 " in ln for ln in timing), timing

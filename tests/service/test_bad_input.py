@@ -83,3 +83,14 @@ def test_cli_ingest_bad_archive_exits_2(
     assert len(lines) == 1 and f"rejected: {reason}:" in lines[0]
     assert table_counts(svc) == counts and svc.blobs.all_keys() == blobs
 
+
+
+def test_cli_bench_refuses_a_negative_window(tmp_path: Path) -> None:
+    """`kaudit bench --window-ms -5` is a usage error (exit 2, one line saying why), before any
+    deck is resolved or solution imported."""
+    sol = tmp_path / "solution.py"
+    sol.write_text("raise SystemExit('imported')\n")
+    result = CliRunner().invoke(cli_app, ["bench", str(sol), "--problem", "gemm_tiny", "--device", "cpu",
+                                          "--window-ms", "-5"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == "--window-ms must be >= 0, got -5.0"
