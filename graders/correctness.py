@@ -464,6 +464,7 @@ def verify_recorded(problem_dir: Path, record_dir: Path, *, device: str, shapes:
                 ref = spec.model_class(*init).to(device).eval()
             base = {k: v.detach().clone() for k, v in ref.state_dict().items()}
             for seed in seeds:
+                _stage(f"verify shape {si} seed {seed}")  # the time from the last stage: the build or a seed's cases
                 ref.load_state_dict(base, strict=True)
                 draws = _Draws(spec, seed, device)
                 for case in cases:
@@ -1046,6 +1047,7 @@ def _import_and_run(
             ref, sol = runner.build(si, seeds[0], _Where(si, shape, seeds[0], "nominal"))
             base = runner.base
             for seed in seeds:
+                _stage(f"shape {si} seed {seed}")  # the time from the last stage: the build or a seed's cases
                 if seed != seeds[0]:
                     runner.restore(ref, sol, base)
                 draws = runner.draws(seed, keep=seed == seeds[0])

@@ -197,10 +197,14 @@ def test_check_and_verifier_report_their_stages_and_build_one_model_pair_per_sha
         # the graded grid builds one pair per shape (not per seed); the repeat/overwrite pass one more
         assert len(builds) == n_shapes + 1 and sorted(set(builds)) == list(range(n_shapes)), builds
         assert stages[0] == "recorded pass" and "shape 0" in stages, stages
+        assert [st for st in stages if st.startswith("shape 0 seed ")] == [
+            f"shape 0 seed {sd}" for sd in correctness.DEFAULT_SEEDS], stages
         assert any(s.startswith("repeat and overwrite") for s in stages), stages
         stages.clear()
         assert verify_recorded(GEMM, rec, device="cpu", shapes="small")["passed"]
-        assert stages == [f"verify shape {i}" for i in range(n_shapes)], stages
+        seeds = correctness.DEFAULT_SEEDS
+        assert stages == [st for i in range(n_shapes)
+                          for st in (f"verify shape {i}", *(f"verify shape {i} seed {sd}" for sd in seeds))], stages
     finally:
         correctness.set_stage_sink(None)
 
