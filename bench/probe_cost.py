@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -357,9 +358,9 @@ def instrument(ledger: Ledger, small: list[dict[str, Any]] | None = None) -> Ite
                 return _o(self, si, shape)
         patch(V.Verifier, probe, method)
 
-    def stage(name: str) -> None:  # graders.correctness._stage: "shape 1", "verify shape 0", ...
-        parts = name.split()
-        si = int(parts[-1]) if parts and parts[-1].isdigit() else None
+    def stage(name: str) -> None:  # graders.correctness._stage: "shape 1", "verify shape 0 seed 42", ...
+        m = re.search(r"\bshape (\d+)", name)
+        si = int(m.group(1)) if m else None
         if name.startswith("recorded pass"):
             ledger.probe, ledger.shape = "recorded_pass", 0
         elif name.startswith("repeat and overwrite"):
