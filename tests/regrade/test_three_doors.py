@@ -157,8 +157,8 @@ def test_one_archive_one_verdict_through_every_door(tmp_path: Path, monkeypatch:
     if example == "hack_stale_cache.py":
         # Its cache is keyed on x.data_ptr(): whether checked_vs_timed's input lands where an earlier
         # probe's input of the same shape lay (and so hits that probe's stale entry) is the
-        # allocator's choice in each door's probe process (large CPU tensors are fresh mmaps, placed
-        # anew per process). Seen in a loaded CI run: failed through the CLI, passed in the library.
+        # allocator's choice in each door's probe process, not something the archive fixes. Seen in
+        # a loaded full run: failed through the CLI, passed in the library.
         # Either outcome is a true reading of this hack; every other probe and the verdict must agree.
         for door in (library, cli, api):
             cvt = [st for name, st in door["probes"] if name == "checked_vs_timed"]
