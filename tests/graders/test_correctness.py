@@ -205,3 +205,35 @@ def test_rebinding_grader_code_is_tampering() -> None:
     import graders.correctness as gc
 
     assert gc.compare_output is compare_output  # restored for later checks in this process
+
+
+def test_output_records_round_trip_and_refuse_what_does_not_add_up(tmp_path: Path) -> None:
+    """The raw records the solution's process writes and the verifier reads: a tensor and a list
+    come back bit for bit; a record cut short, one with bytes after its tensors, one whose header
+    claims another size, and one larger than the reference could be are each refused by name."""
+    from graders.correctness import OutputRecorder, load_record
+
+    rec = OutputRecorder(tmp_path)
+    t = torch.randn(64, 33).to(torch.bfloat16)
+    rec.record("t", t)
+    rec.record("pair", (t[:3], torch.arange(5)))
+    rec.record("obj", {"not": "a tensor"})
+    got = load_record(tmp_path / "t.out", t.numel() * 2)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), t.view(torch.int16))
+    a, b = load_record(tmp_path / "pair.out", 4096)
+    assert torch.equal(a, t[:3]) and torch.equal(b, torch.arange(5))
+    assert load_record(tmp_path / "obj.out", 4096) == "<builtins.dict>"
+
+    raw = (tmp_path / "t.out").read_bytes()
+    for name, body, why in [
+        ("cut", raw[:-7], "malformed"),
+        ("extra", raw + b"\0\0", "trailing bytes"),
+        ("claims", raw.replace(b'"nbytes": 4224', b'"nbytes": 4222', 1), "size does not match"),
+    ]:
+        (tmp_path / f"{name}.out").write_bytes(body)
+        with pytest.raises(_Fail, match=why):
+            load_record(tmp_path / f"{name}.out", t.numel() * 2)
+    with pytest.raises(_Fail, match="larger than the reference output could be"):
+        load_record(tmp_path / "t.out", 16 - (1 << 20))
+    with pytest.raises(_Fail, match="did not write it"):
+        load_record(tmp_path / "absent.out", 16)
