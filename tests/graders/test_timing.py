@@ -105,9 +105,12 @@ def test_window_trials_fill_the_window_between_the_deck_floor_and_the_cap() -> N
     assert window_trials(50, 0.0, 1000.0) == 50
 
 
-def test_cpu_benchmark_keeps_the_given_trials_and_says_the_window() -> None:
+@pytest.mark.parametrize("window", [None, 500.0])
+def test_cpu_benchmark_keeps_the_given_trials_and_says_the_window(window: float | None) -> None:
+    # a CPU smoke run times wall clock with the count it was given, whatever window was asked for,
+    # and its timing line says so
     lines: list[str] = []
     run_benchmark(SOLUTIONS / "gemm" / "good.py", DECK / "gemm_tiny", device="cpu", shapes="small",
-                  emit=lines.append, warmup=1, trials=3)
+                  emit=lines.append, warmup=1, trials=3, window_ms=window)
     timing = [ln for ln in lines if ln.startswith("timing shape=")]
     assert timing and all(" trials=3 deck_trials=3 window_ms=0 " in ln for ln in timing), timing
