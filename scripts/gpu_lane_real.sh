@@ -19,10 +19,44 @@
 # `hypothesis` (and `sortedcontainers`); the bare image lacks them. Build a carried site folder
 # once, here (pure-Python packages copied from the local venv), and carry `.lane`:
 #   PYTHON=/work/main/.venv/bin/python bash scripts/gpu_lane_real.sh --make-site
+#
+# A record longer than one device call (06 in both modes: about 1,000 s; a call is at most 600 s):
+#   bash scripts/gpu_lane_real.sh --detach WAIT [lane options and archives]   # first call
+#   bash scripts/gpu_lane_real.sh --collect WAIT                              # next call(s), at once
+# --detach copies this tree to $KAUDIT_LANE_BG (default /tmp/kaudit-lane-bg), starts the lane there
+# in a new process session (the device keeps such a process running between calls while the
+# machine stays warm: issue the next call within its 30 s), and waits up to WAIT seconds for it;
+# --collect waits up to WAIT seconds more. Both copy what the lane wrote so far into $OUT/bg and
+# print its tail; $OUT/bg/rc exists once the lane has ended.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT="${OUT:-$PWD/gpu-lane-out}"
 mkdir -p "$OUT"
+BG="${KAUDIT_LANE_BG:-/tmp/kaudit-lane-bg}"
+_bg_wait() {  # wait up to $1 s for the detached lane, then hand back what it wrote
+  local left="$1"
+  while [ ! -f "$BG/out/rc" ] && [ "$left" -gt 0 ]; do sleep 5; left=$((left - 5)); done
+  rm -rf "$OUT/bg" && cp -r "$BG/out" "$OUT/bg"
+  tail -n 40 "$BG/out/lane.log" 2> /dev/null | cut -c1-400
+  if [ -f "$BG/out/rc" ]; then echo "# detached lane ended, rc=$(cat "$BG/out/rc")"; return 0; fi
+  echo "# detached lane still running: collect it with --collect WAIT in the next call (within 30 s)"
+  return 3
+}
+case "${1:-}" in
+  --detach)
+    wait_s="${2:?--detach WAIT}"; shift 2
+    if [ -d "$BG/out" ] && [ ! -f "$BG/out/rc" ]; then echo "a detached lane is still running in $BG" >&2; exit 2; fi
+    rm -rf "$BG" && mkdir -p "$BG/out" "$BG/tree" || exit 2
+    tar -c --exclude=./.venv --exclude=./.git . | tar -x -C "$BG/tree" || exit 2
+    args=$(printf ' %q' "$@")
+    setsid bash -c "cd $(printf %q "$BG/tree") && OUT=$(printf %q "$BG/out/r") bash scripts/gpu_lane_real.sh$args \
+      > $(printf %q "$BG/out/lane.log") 2>&1; echo \$? > $(printf %q "$BG/out/rc")" < /dev/null > /dev/null 2>&1 &
+    echo "# detached lane started in $BG (pid $!)"
+    _bg_wait "$wait_s"; exit $? ;;
+  --collect)
+    [ -d "$BG/out" ] || { echo "no detached lane in $BG" >&2; exit 2; }
+    _bg_wait "${2:?--collect WAIT}"; exit $? ;;
+esac
 PY="${PYTHON:-python3}"
 if [ "${1:-}" = "--make-site" ]; then
   # hypothesis ships a compiled part (hypothesis/_native*.so): copying this host's CPython 3.11
