@@ -90,7 +90,7 @@ _tb_detach, _tb_to, _tb_contiguous, _tb_reshape, _tb_view, _tb_numpy = (
     _TB.detach, _TB.to, _TB.contiguous, _TB.reshape, _TB.view, _TB.numpy)
 _DisableTorchFunction = torch._C.DisableTorchFunction
 _os_open, _os_write, _os_close, _json_dumps, _type, _str = os.open, os.write, os.close, json.dumps, type, str
-_memoryview = memoryview
+_EMPTY = memoryview(b"")
 _uint8 = torch.uint8
 MAX_RECORD_BYTES = 1 << 31  # one recorded output file
 
@@ -373,7 +373,7 @@ class OutputRecorder:
                     break
                 flat = _tb_reshape(_tb_contiguous(_tb_to(_tb_detach(t), "cpu")), (-1,))
                 # the host copy's own memory, written as is (no second copy: 06's outputs are 0.8-1.1 GB)
-                data = _memoryview(_tb_numpy(_tb_view(flat, _uint8))) if flat.numel() else _memoryview(b"")
+                data = _tb_numpy(_tb_view(flat, _uint8)).data if flat.numel() else _EMPTY
                 metas.append({"dtype": _str(t.dtype), "shape": [int(d) for d in t.shape], "nbytes": data.nbytes})
                 blobs.append(data)
         if kind == "other":
@@ -422,7 +422,7 @@ def load_record(path: Path, expect_bytes: int) -> Any:
                 raise _Fail(f"recorded output {path.name} is malformed (size does not match dtype x shape)")
             # read straight into the tensor's memory (06's records are 0.8-1.1 GB each)
             flat = torch.empty(n, dtype=torch.uint8)
-            if n and fh.readinto(memoryview(flat.numpy())) != n:
+            if n and fh.readinto(flat.numpy().data) != n:
                 raise _Fail(f"recorded output {path.name} is malformed (truncated)")
             left -= n
             out.append(flat.view(dt).reshape(shape) if n else torch.empty(shape, dtype=dt))

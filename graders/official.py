@@ -52,6 +52,7 @@ import yaml
 
 from graders import decks
 from graders.logformat import parse_benchmark_log, parse_check_log
+from graders.outputmarks import MAX_LINES, LineMarks
 
 MODES = ("official", "hardened", "both")
 ENTRYPOINT = ("eval", "trusted_entrypoint.py")  # under the harness folder
@@ -96,6 +97,9 @@ class OfficialStep:
     truncated: bool  # the evidence (or the capture) left bytes out
     error: str | None = None  # a sandbox-level fault (no_start, grader_error, memory, ...)
     detail: str | None = None
+    # lines of a failed extension build from anywhere in the output, the part left out included
+    # (graders.outputmarks)
+    marks: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -355,7 +359,8 @@ def _step_record(script: str, res: Any) -> tuple[OfficialStep, str]:
                         wall_s=round(float(payload.get("wall_s") or res.wall_s or 0.0), 3), output=ev,
                         output_bytes=int(payload.get("output_bytes") or len(text.encode())),
                         truncated=cut or bool(payload.get("truncated")), error=res.error if not res.ok else None,
-                        detail=(res.detail or None) if not res.ok else None)
+                        detail=(res.detail or None) if not res.ok else None,
+                        marks=[str(m) for m in payload.get("marks") or []][:MAX_LINES])
     return step, text
 
 
@@ -507,6 +512,7 @@ def supervise(params: dict[str, Any], progress: Callable[[dict[str, Any]], None]
     head = bytearray()
     tail = bytearray()
     total = 0
+    marks = LineMarks()
     assert proc.stdout is not None
 
     def pump() -> None:
@@ -518,6 +524,7 @@ def supervise(params: dict[str, Any], progress: Callable[[dict[str, Any]], None]
                 break
             total += len(data)
             chunk = data
+            marks.feed(data)
             room = CAPTURE_HEAD - len(head)
             if room > 0:
                 head.extend(data[:room])
@@ -549,4 +556,4 @@ def supervise(params: dict[str, Any], progress: Callable[[dict[str, Any]], None]
     kept = bytes(head) + (b"\n[... output left out ...]\n" if total > len(head) + len(tail) else b"") + bytes(tail)
     return {"rc": rc, "timed_out": timed_out, "wall_s": round(time.monotonic() - t0, 3),
             "output": kept.decode("utf-8", "replace"), "output_bytes": total,
-            "truncated": total > len(head) + len(tail), "argv": argv[1:]}
+            "truncated": total > len(head) + len(tail), "argv": argv[1:], "marks": marks.close()}

@@ -31,6 +31,7 @@ from graders import probes as probe_names
 from graders.decks import DeckTampered
 from graders.gpu_lock import LockConfig, LockHandle, LockTimeout
 from graders.official import OfficialResult
+from graders.outputmarks import BUILD_FAULT
 from graders.results import (
     REFUTED_CAUSE,
     REFUTED_UNEXPLAINED,
@@ -118,15 +119,6 @@ def classify_infra(text: str) -> str | None:
     return None
 
 
-# A failed extension build in a solution's own output: torch.utils.cpp_extension's error, ninja
-# stopping, nvcc's fatal errors, a missing header. Seen in a run that still PASSED, it means the
-# solution caught the failure and went on through another path (a real clean run of the corpus
-# falls back to dequantise + matmul when its CUTLASS headers are not on the host: correct, 14x
-# slower than the kernel the run shipped).
-_BUILD_FAILED = re.compile(
-    r"Error building extension '|Error compiling objects for extension|ninja: build stopped|nvcc fatal|"
-    r"fatal error: [^\n]*: No such file or directory|error: command '[^'\n]*nvcc' failed|"
-    r"CalledProcessError: Command '\['ninja'")
 # the regrade steps whose output is the solution's (probes run it too, but on their own inputs)
 _GRADED_STEPS = ("official_check", "official_benchmark", "check", "benchmark")
 
@@ -140,9 +132,10 @@ def survived_build_fault(outputs: dict[str, str]) -> tuple[dict[str, Any], str] 
     lines: list[str] = []
     reason: str | None = None
     for step in _GRADED_STEPS:
-        text = "\n".join(outputs.get(f"{step}.{stream}", "") for stream in ("stdout", "stderr"))
+        # the bounded tails, and the matching lines kept from anywhere in the stream (graders.outputmarks)
+        text = "\n".join(outputs.get(f"{step}.{stream}", "") for stream in ("stdout", "stderr", "marks"))
         hits: list[str] = []
-        for m in _BUILD_FAILED.finditer(text):
+        for m in BUILD_FAULT.finditer(text):
             start = text.rfind("\n", 0, m.start()) + 1
             end = text.find("\n", m.end())
             line = text[start:end if end >= 0 else len(text)][:600]
@@ -581,6 +574,8 @@ def _note_build_fallback(run: _Run, g: GradeResult, off: OfficialResult | None =
         for name, rec in (("official_check", off.check), ("official_benchmark", off.benchmark)):
             if rec is not None and rec.output:
                 outputs[f"{name}.stdout"] = rec.output
+            if rec is not None and rec.marks:
+                outputs[f"{name}.marks"] = "\n".join(rec.marks)
     found = survived_build_fault(outputs)
     if found is not None:
         g.build_fallback, lines = found
@@ -608,6 +603,7 @@ def _step(run: _Run, sb: Sandbox, name: str, step: str, params: dict[str, Any], 
     run.timings[name] = run.timings.get(name, 0.0) + (time.monotonic() - t)
     run.keep(f"{name}.stdout", res.stdout_tail)
     run.keep(f"{name}.stderr", res.stderr_tail)
+    run.keep(f"{name}.marks", "\n".join([*res.stdout_marks, *res.stderr_marks]))
     run.keep(f"{name}.traceback", str((res.result or {}).get("traceback") or ""))
     return res
 

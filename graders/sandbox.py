@@ -62,6 +62,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from graders.outputmarks import LineMarks
+
 BWRAP = "bwrap"
 SANDBOX_BWRAP = "bwrap"
 SANDBOX_SUBPROCESS = "subprocess (weaker: no namespaces)"
@@ -234,6 +236,10 @@ class StepResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     peak_rss_mib: float = 0.0
+    # lines of a failed extension build from anywhere in stdout/stderr (graders.outputmarks;
+    # operator-only like the tails)
+    stdout_marks: list[str] = field(default_factory=list)
+    stderr_marks: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -776,6 +782,7 @@ class Sandbox:
         if seccomp_fd is not None:
             os.close(seccomp_fd)
         chunks: dict[str, bytearray] = {"chan": bytearray(), "out": bytearray(), "err": bytearray()}
+        marks = {"out": LineMarks(), "err": LineMarks()}
         limit = 8 << 20  # the result channel; stdout/stderr keep a rolling tail of OUTPUT_TAIL_BYTES
 
         def progress(data: bytes, pending: bytearray) -> None:
@@ -802,6 +809,7 @@ class Sandbox:
                     if len(buf) < limit:
                         buf.extend(data[: limit - len(buf)])
                 else:
+                    marks[key].feed(data)
                     buf.extend(data)
                     if len(buf) > OUTPUT_TAIL_BYTES:
                         del buf[: len(buf) - OUTPUT_TAIL_BYTES]
@@ -850,8 +858,10 @@ class Sandbox:
         with contextlib.suppress(OSError):
             chan_file.close()
         wall = time.monotonic() - start
-        return self._interpret(step, nonce, bytes(chunks["chan"]), proc.returncode, timed_out, mem_killed, wall,
-                               bytes(chunks["out"]), bytes(chunks["err"]), peak)
+        res = self._interpret(step, nonce, bytes(chunks["chan"]), proc.returncode, timed_out, mem_killed, wall,
+                              bytes(chunks["out"]), bytes(chunks["err"]), peak)
+        res.stdout_marks, res.stderr_marks = marks["out"].close(), marks["err"].close()
+        return res
 
     def _interpret(
         self,

@@ -170,10 +170,18 @@ def test_no_build_failure_and_probe_output_are_not_a_fallback() -> None:
 
 
 
-def test_a_regrade_that_passes_after_a_failed_build_is_not_published(tmp_path: Any) -> None:
+CHATTY = "\nfor _i in range(400):\n    print(f'[tiny] autotune candidate {_i}: ' + 'x' * 80, flush=True)\n"
+
+
+@pytest.mark.parametrize("chatty", [False, True], ids=["quiet", "chatty"])
+def test_a_regrade_that_passes_after_a_failed_build_is_not_published(tmp_path: Any, chatty: bool) -> None:
     """End to end on the CPU: the real torch extension builder fails on a missing header (g++ and
     ninja of this host), the solution falls back and passes both modes; the record says so, the
-    solution's text stays operator-only, and the synthesis will not publish the figure."""
+    solution's text stays operator-only, and the synthesis will not publish the figure.
+
+    `chatty`: the solution prints 36 KB after the failed build, so the failure is no longer in the
+    last 4,000 bytes a sandboxed step keeps of its output; it is still found in kaudit's check
+    (graders.outputmarks keeps matching lines from anywhere in the stream)."""
     import shutil
 
     if shutil.which("ninja") is None and shutil.which("ninja-build") is None:
@@ -186,14 +194,43 @@ def test_a_regrade_that_passes_after_a_failed_build_is_not_published(tmp_path: A
     deck = import_deck(OFFICIAL_DECK / "problems", "tiny", tmp_path / "data", OFFICIAL_DECK / "src")
     sol = tmp_path / "sol"
     sol.mkdir()
-    (sol / "solution.py").write_text((OFFICIAL_SOLUTIONS / "build_fallback.py").read_text())
+    text = (OFFICIAL_SOLUTIONS / "build_fallback.py").read_text()
+    if chatty:
+        text = text.replace("\n\nclass Model", CHATTY + "\n\nclass Model", 1)
+        assert CHATTY in text
+    (sol / "solution.py").write_text(text)
     g = regrade(sol, "tiny_gemm", deck.root, device="cpu", probes=[], timeout_s=240, mode="both")
     assert g.correct is True and not g.infra_failure, (g.failure_reason, g.detail, g.official)
     assert g.build_fallback is not None, sorted(g.operator_output)
     assert g.build_fallback["reason"] == "build_dependency_missing"
     assert set(g.build_fallback["steps"]) >= {"official_check", "check"}
     assert "kaudit_absent/gemm.h" in g.operator_output["build_fallback"]
+    if chatty:  # the check step's kept tail is the prints; its marks hold the build failure
+        assert "kaudit_absent" not in g.operator_output.get("check.stdout", "") + g.operator_output.get(
+            "check.stderr", ""), "the failure should have scrolled out of the 4,000-byte tail"
+        assert "kaudit_absent/gemm.h" in g.operator_output["check.marks"]
     ev = g.evidence()
     assert ev["build_fallback"] == g.build_fallback and "kaudit_absent" not in str(ev["build_fallback"])
     note = _build_fallback(g, 0.2)
     assert note is not None and "build_dependency_missing" in note and "the archive's 0.2000" in note
+
+
+def test_line_marks_keep_matching_lines_from_anywhere_in_the_stream() -> None:
+    from graders.outputmarks import MAX_LINE_CHARS, LineMarks
+
+    marks = LineMarks(max_lines=3)
+    stream = (b"noise\n" * 5000 + b"fatal error: cutlass/cutlass.h: No such file or directory\n"
+              + b"y" * 100_000 + b"\nninja: build st")
+    for i in range(0, len(stream), 4096):  # a line split across reads is still one line
+        marks.feed(stream[i:i + 4096])
+    marks.feed(b"opped: subcommand failed.\n" + b"ninja: build stopped: subcommand failed.\n")
+    assert marks.close() == ["fatal error: cutlass/cutlass.h: No such file or directory",
+                             "ninja: build stopped: subcommand failed."]
+    # bounded: at most max_lines, each at most MAX_LINE_CHARS, the unterminated last line scanned
+    many = LineMarks(max_lines=2)
+    many.feed(b"".join(b"nvcc fatal   : file %d\n" % i for i in range(10)) + b"nvcc fatal " + b"z" * 5000)
+    assert many.close() == ["nvcc fatal   : file 0", "nvcc fatal   : file 1"]
+    long = LineMarks()
+    long.feed(b"nvcc fatal " + b"z" * 5000)
+    (only,) = long.close()
+    assert only.startswith("nvcc fatal") and len(only) == MAX_LINE_CHARS
