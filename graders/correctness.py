@@ -409,6 +409,8 @@ def load_record(path: Path, expect_bytes: int) -> Any:
     with path.open("rb") as fh:
         head = fh.readline(1 << 20)
         header = json.loads(head)
+        if not isinstance(header, dict):  # the solution's process wrote it: anything may be there
+            raise _Fail(f"recorded output {path.name} is malformed (its header is not an object)")
         if header.get("kind") == "other":
             return f"<{header.get('type', '?')}>"
         out: list[torch.Tensor] = []

@@ -52,7 +52,7 @@ import yaml
 
 from graders import decks
 from graders.logformat import parse_benchmark_log, parse_check_log
-from graders.outputmarks import MAX_LINES, LineMarks
+from graders.outputmarks import MAX_LINE_CHARS, MAX_LINES, LineMarks
 
 MODES = ("official", "hardened", "both")
 ENTRYPOINT = ("eval", "trusted_entrypoint.py")  # under the harness folder
@@ -360,7 +360,7 @@ def _step_record(script: str, res: Any) -> tuple[OfficialStep, str]:
                         output_bytes=int(payload.get("output_bytes") or len(text.encode())),
                         truncated=cut or bool(payload.get("truncated")), error=res.error if not res.ok else None,
                         detail=(res.detail or None) if not res.ok else None,
-                        marks=[str(m) for m in payload.get("marks") or []][:MAX_LINES])
+                        marks=[str(m)[:MAX_LINE_CHARS] for m in payload.get("marks") or []][:MAX_LINES])
     return step, text
 
 

@@ -229,6 +229,7 @@ def test_output_records_round_trip_and_refuse_what_does_not_add_up(tmp_path: Pat
         ("cut", raw[:-7], "malformed"),
         ("extra", raw + b"\0\0", "trailing bytes"),
         ("claims", raw.replace(b'"nbytes": 4224', b'"nbytes": 4222', 1), "size does not match"),
+        ("listhead", b"[1, 2]\n" + raw.partition(b"\n")[2], "header is not an object"),
     ]:
         (tmp_path / f"{name}.out").write_bytes(body)
         with pytest.raises(_Fail, match=why):
