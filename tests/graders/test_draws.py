@@ -250,3 +250,18 @@ def test_each_shapes_first_seed_is_built_and_drawn_once_across_the_recorded_pass
     assert len(builds) == len(set(builds)) and len(draws) == len(set(draws)), (builds, draws)
     assert len(draws) == len(shapes) * len(DEFAULT_SEEDS)
     assert len(builds) == len(shapes) and {seed for _init, seed in builds} == {first}
+
+
+def test_a_record_with_a_non_object_header_fails_the_check_not_the_verifier(tmp_path: Path) -> None:
+    """The solution's process writes the records, so it can write anything: a header line that is
+    valid JSON but not an object once raised AttributeError out of the verifier, which the regrade
+    turned into an infra failure (grader_error) instead of a failed check. It is a malformed record."""
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    outcome = run_check(SOLUTIONS / "gemm" / "good.py", GEMM, device="cpu", shapes="small", record_dir=rec)
+    assert outcome.passed, outcome.lines
+    first = sorted(p for p in rec.glob("check_*.out") if not p.name.endswith(".ref.out"))[0]
+    first.write_bytes(b"[1, 2]\n" + first.read_bytes().partition(b"\n")[2])
+    res = verify_recorded(GEMM, rec, device="cpu", shapes="small")
+    assert res["passed"] is False
+    assert "header is not an object" in res["lines"][-1], res["lines"]
