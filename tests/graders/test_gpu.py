@@ -132,6 +132,47 @@ def test_trials_are_raised_to_fill_the_window() -> None:
 
 
 @pytest.mark.timing
+def test_a_capped_clock_extends_the_window_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer's wiring on a real device, with the clock readings fixed so the case is certain:
+    a 100 ms window whose readings say sw_power_cap goes on until it holds the capped window (400 ms
+    here); the same with readings that say nothing keeps its count. Then the real readings on a
+    GEMM big enough to reach the cap on an H100/H200 (8192 x 8192 x 16384 bf16: ~700 W, 1365-1440
+    MHz, sw_power_cap in the lane): printed, so the lane shows what the default did there."""
+    from graders import nvml
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    timer = ColdL2Timer()
+    for reasons, capped in ((0x4, True), (0x0, False)):
+        monkeypatch.setattr(timer, "nvml", _FixedClock(nvml.Reading(1395, 2619, 690.0, 60, reasons)))
+        stats = timer.measure(lambda: torch.mm(a, a), warmup=3, trials=10, window_ms=100.0, capped_window_ms=400.0)
+        held = stats.trials * stats.median_ms
+        print(f"reasons={reasons:#x} trials={stats.trials} capped_extension={stats.capped_extension} held_ms={held:.1f}")
+        if capped:
+            assert stats.capped_extension > 0 and held >= 0.8 * 400.0, (stats.trials, stats.median_ms)
+        else:
+            assert stats.capped_extension == 0 and held < 0.8 * 400.0, (stats.trials, stats.median_ms)
+        assert stats.clock.samples == stats.trials
+    monkeypatch.undo()
+    big_a = torch.randn(8192, 16384, device="cuda", dtype=torch.bfloat16)
+    big_b = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
+    real = ColdL2Timer()
+    stats = real.measure(lambda: torch.mm(big_a, big_b), warmup=3, trials=10, window_ms=1000.0)
+    print(f"big GEMM default: trials={stats.trials} capped_extension={stats.capped_extension} "
+          f"median_ms={stats.median_ms:.4f} {stats.clock.line()}")
+
+
+class _FixedClock:
+    available = True
+    error = None
+
+    def __init__(self, reading: object) -> None:
+        self.reading = reading
+
+    def read(self) -> object:
+        return self.reading
+
+
+@pytest.mark.timing
 def test_work_escaping_to_another_stream_is_flagged() -> None:
     """A call that launches its work on a side stream and returns: events see nothing."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 
 from graders.logformat import parse_benchmark_log
+from graders.nvml import ClockSummary
 from graders.timing import (
+    CAPPED_WINDOW_MS,
     CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE,
     MAX_TRIALS,
     SMOKE_LINE,
     L2Control,
+    capped_extra_trials,
     run_benchmark,
     summarize,
     window_trials,
@@ -105,6 +108,28 @@ def test_window_trials_fill_the_window_between_the_deck_floor_and_the_cap() -> N
     assert window_trials(50, 0.0, 1000.0) == 50
 
 
+def _clock(*slowdowns: str, samples: int = 300) -> ClockSummary:
+    return ClockSummary(samples=samples, sm_mhz_median=1400.0, sm_mhz_min=1365, sm_mhz_max=1440,
+                        slowdowns=list(slowdowns))
+
+
+def test_a_capped_clock_extends_the_window() -> None:
+    # 314 calls of 3.15 ms (the H100's power-capped GEMM) hold ~1 s; capped, they go on to ~4 s
+    assert capped_extra_trials(314, 3.15, _clock("sw_power_cap"), 1000.0, CAPPED_WINDOW_MS) == 1270 - 314
+    assert capped_extra_trials(314, 3.15, _clock("hw_thermal"), 1000.0, 4000.0) == 1270 - 314
+    # never past MAX_TRIALS in all, never negative
+    assert capped_extra_trials(2000, 0.03, _clock("sw_power_cap"), 1000.0, 4000.0) == 0
+    assert capped_extra_trials(1500, 0.5, _clock("sw_power_cap"), 1000.0, 4000.0, max_trials=1800) == 300
+    # an uncapped clock (the copy at 1980 MHz), a clock with only non-slowdown reasons, no readings
+    # (no NVML), no window (the deck's bare count) or the extension turned off: nothing added
+    assert capped_extra_trials(355, 2.82, _clock(), 1000.0, 4000.0) == 0
+    assert capped_extra_trials(355, 2.82, _clock("gpu_idle", "applications_clocks"), 1000.0, 4000.0) == 0
+    assert capped_extra_trials(314, 3.15, _clock("sw_power_cap", samples=0), 1000.0, 4000.0) == 0
+    assert capped_extra_trials(50, 3.15, _clock("sw_power_cap"), 0.0, 4000.0) == 0
+    assert capped_extra_trials(314, 3.15, _clock("sw_power_cap"), 1000.0, 0.0) == 0
+    assert capped_extra_trials(314, float("nan"), _clock("sw_power_cap"), 1000.0, 4000.0) == 0
+
+
 @pytest.mark.parametrize("window", [None, 500.0])
 def test_cpu_benchmark_keeps_the_given_trials_and_says_the_window(window: float | None) -> None:
     # a CPU smoke run times wall clock with the count it was given, whatever window was asked for,
@@ -113,4 +138,4 @@ def test_cpu_benchmark_keeps_the_given_trials_and_says_the_window(window: float 
     run_benchmark(SOLUTIONS / "gemm" / "good.py", DECK / "gemm_tiny", device="cpu", shapes="small",
                   emit=lines.append, warmup=1, trials=3, window_ms=window)
     timing = [ln for ln in lines if ln.startswith("timing shape=")]
-    assert timing and all(" trials=3 deck_trials=3 window_ms=0 " in ln for ln in timing), timing
+    assert timing and all(" trials=3 deck_trials=3 window_ms=0 capped_extra=0 " in ln for ln in timing), timing
