@@ -101,6 +101,9 @@ class FunctionInfo:
     node: ast.FunctionDef | ast.AsyncFunctionDef
     cls: str | None  # enclosing class name, if a method
     decorators: list[str] = field(default_factory=list)  # resolved qualnames
+    # a module-level function whose first parameter receives an instance of this class at its call
+    # sites (`helper(self, x)` from a method): its first parameter is that method's `self`
+    bound: str | None = None
 
     @property
     def short(self) -> str:
@@ -115,6 +118,19 @@ class FunctionInfo:
         if a.kwarg:
             names.append(a.kwarg.arg)
         return names
+
+    @property
+    def self_cls(self) -> str | None:
+        """The class whose instance `self` (a method's) or the bound first parameter holds."""
+        return self.cls or self.bound
+
+    def is_receiver(self, name: str) -> bool:
+        """`name` is this function's instance: `self`/`cls` in a method, the first parameter of a
+        bound module-level function."""
+        if self.cls:
+            return name in ("self", "cls")
+        return self.bound is not None and bool(self.node.args.posonlyargs + self.node.args.args) and \
+            name == (self.node.args.posonlyargs + self.node.args.args)[0].arg
 
     @property
     def is_triton(self) -> bool:
@@ -279,12 +295,13 @@ class PyModule:
         if table is None:
             table = {}
             for f in self.functions.values():
-                if f.cls != cls:
+                if f.self_cls != cls:
                     continue
                 for node in walk_body(f.node):
                     if isinstance(node, ast.Assign):
                         for tgt in node.targets:
-                            if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and tgt.value.id == "self":
+                            if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and f.is_receiver(tgt.value.id) \
+                                    and (f.cls is None or tgt.value.id == "self"):
                                 table.setdefault(tgt.attr, []).append((f, node.value))
             self._self_assigns[cls] = table
         return table
@@ -981,11 +998,10 @@ class Submission:
         if (
             isinstance(expr, ast.Attribute)
             and isinstance(expr.value, ast.Name)
-            and expr.value.id == "self"
             and scope.func is not None
-            and scope.func.cls
+            and (cls_name := self_attr_class(scope.func, expr.value.id))
         ):
-            for f, v in module.self_assigns(scope.func.cls).get(expr.attr, []):
+            for f, v in module.self_assigns(cls_name).get(expr.attr, []):
                 out |= self.possible_strings(v, module.scope(f), depth + 1)
         return out
 
@@ -1032,9 +1048,10 @@ class Submission:
         if isinstance(expr, ast.Attribute):
             attr = expr.attr
             base = expr.value
-            # self.method / cls.method
-            if isinstance(base, ast.Name) and base.id in ("self", "cls") and scope.func is not None and scope.func.cls:
-                cls = module.classes.get(scope.func.cls)
+            # self.method / cls.method (a bound helper's first parameter too)
+            if isinstance(base, ast.Name) and scope.func is not None and scope.func.self_cls \
+                    and (base.id in ("self", "cls") if scope.func.cls else scope.func.is_receiver(base.id)):
+                cls = module.classes.get(scope.func.self_cls)
                 if cls is not None:
                     meth = self._method(cls, attr)
                     if meth is not None:
@@ -1115,11 +1132,10 @@ class Submission:
         elif (
             isinstance(expr, ast.Attribute)
             and isinstance(expr.value, ast.Name)
-            and expr.value.id == "self"
             and scope.func is not None
-            and scope.func.cls
+            and (cls_name := self_attr_class(scope.func, expr.value.id))
         ):
-            vals.extend(v for _, v in module.self_assigns(scope.func.cls).get(expr.attr, []))
+            vals.extend(v for _, v in module.self_assigns(cls_name).get(expr.attr, []))
         out: list[ClassInfo] = []
         for v in vals:
             if isinstance(v, ast.Call):
@@ -1385,6 +1401,51 @@ def _resolve_decorators_and_bases(sub: Submission) -> None:
             c.bases = [q for b in c.node.bases if (q := sub.qualname(b, top))]
 
 
+def self_attr_class(func: FunctionInfo | None, name: str) -> str | None:
+    """The class whose attributes `name.<attr>` reads inside `func`: `self` in a method, the first
+    parameter of a bound module-level function; None otherwise."""
+    if func is None:
+        return None
+    if func.cls:
+        return func.cls if name == "self" else None
+    return func.bound if func.is_receiver(name) else None
+
+
+def _bind_helpers(sub: Submission) -> None:
+    """Module-level functions called with a method's `self` as their first argument
+    (`return _impl(self, x)`) are bound to that class: inside them the parameter reads the
+    instance's attributes and methods as `self` does in the method. Followed through chains of
+    such helpers; a function whose call sites pass instances of different classes stays unbound.
+    Direct calls by name only (no call resolution here: it reads the bindings)."""
+    for _ in range(4):  # helper -> helper -> helper
+        changed = False
+        for mod in sub.modules.values():
+            seen: dict[str, set[str]] = {}
+            for caller in mod.functions.values():
+                recv_cls = caller.self_cls
+                if recv_cls is None:
+                    continue
+                for node in walk_body(caller.node):
+                    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+                        continue
+                    target = mod.functions.get(node.func.id)
+                    first = node.args[0]
+                    if target is None or target.cls is not None or "." in target.name or not isinstance(first, ast.Name):
+                        continue
+                    if (caller.cls and first.id == "self") or (not caller.cls and caller.is_receiver(first.id)):
+                        seen.setdefault(target.name, set()).add(recv_cls)
+            for name, classes in seen.items():
+                f = mod.functions[name]
+                new = next(iter(classes)) if len(classes) == 1 else None
+                if f.bound != new and (f.node.args.posonlyargs + f.node.args.args):
+                    f.bound = new
+                    changed = True
+        if not changed:
+            break
+    for mod in sub.modules.values():
+        mod._self_assigns.clear()
+
+
 def _canonical_triton(q: str) -> str:
     # `from triton import jit` -> "triton.jit"; "triton.runtime.jit.jit" -> "triton.jit"
     if q.startswith("triton.") and q.split(".")[-1] in _TRITON_DECOS:
@@ -1579,6 +1640,7 @@ def build_submission(sources: dict[str, str]) -> Submission:
             except (SyntaxError, ValueError) as exc:
                 sub.unparsable[path] = str(exc)
     _resolve_decorators_and_bases(sub)
+    _bind_helpers(sub)
     _collect_native(sub)
     _collect_triton(sub)
     return sub

@@ -267,3 +267,75 @@ def test_in_main_guard_same_answer_in_any_query_order() -> None:
         by_pos = {id(a): b for a, b in zip(nodes, ast.walk(fresh.tree), strict=True)}
         assert all(fresh.in_main_guard(by_pos[id(n)]) == expected[id(n)] for n in order)
     assert not mod.in_main_guard(mod.functions["f"].node.body[0])
+
+
+def test_a_helper_called_with_self_reads_the_instance_as_a_method_does() -> None:
+    # forward delegates to a module-level function (the body moved out of the class): inside it the
+    # first parameter is the instance, so `me._prep(x)` reaches the method and `me._buf` the attribute
+    sub = _sub(
+        """
+        import torch
+
+        def _impl(me, x):
+            y = me._prep(x)
+            return _tail(me, y)
+
+        def _tail(obj, y):
+            return obj._buf.copy_(y)
+
+        class Model(torch.nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self._buf = torch.empty(n, dtype=torch.bfloat16)
+
+            def _prep(self, x):
+                return x.to(torch.bfloat16)
+
+            def forward(self, x):
+                return _impl(self, x)
+
+        class Other:
+            def run(self, x):
+                return _both(self, x)
+
+        def _both(o, x):
+            return o
+
+        def _free(x):
+            return x
+
+        def _unused(self, x):
+            return x
+        """
+    )
+    mod = sub.modules["solution.py"]
+    assert mod.functions["_impl"].bound == "Model" and mod.functions["_tail"].bound == "Model"  # through a chain
+    assert mod.functions["_both"].bound == "Other"
+    assert mod.functions["_free"].bound is None and mod.functions["_unused"].bound is None  # never called with one
+    live = sub.reach().live
+    assert mod.functions["Model._prep"] in live  # me._prep resolves to the method
+    assert "_buf" in mod.self_assigns("Model")
+    impl = mod.functions["_impl"]
+    assert impl.is_receiver("me") and not impl.is_receiver("x") and not impl.is_receiver("self")
+
+
+def test_a_helper_called_with_instances_of_two_classes_stays_unbound() -> None:
+    sub = _sub(
+        """
+        def _shared(obj):
+            return obj.go()
+
+        class A:
+            def go(self):
+                return 1
+            def run(self):
+                return _shared(self)
+
+        class B:
+            def go(self):
+                return 2
+            def run(self):
+                return _shared(self)
+        """
+    )
+    assert sub.modules["solution.py"].functions["_shared"].bound is None

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from audit_rules.source_model import FunctionInfo, NativeSource, PyModule, Submission
+from audit_rules.source_model import FunctionInfo, NativeSource, PyModule, Submission, self_attr_class
 
 _UNKNOWN: Any = object()
 _MAX_DEPTH = 12
@@ -410,8 +410,8 @@ def py_values(flow: Flow, module: PyModule, func: FunctionInfo | None, expr: ast
         return None
     if isinstance(expr, ast.Name):
         return _py_name_values(flow, module, func, expr.id, depth)
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" and func is not None and func.cls:
-        assigns: list[tuple[FunctionInfo | None, ast.expr]] = list(module.self_assigns(func.cls).get(expr.attr, []))
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and (cls_name := self_attr_class(func, expr.value.id)):
+        assigns: list[tuple[FunctionInfo | None, ast.expr]] = list(module.self_assigns(cls_name).get(expr.attr, []))
         return _union_values(flow, module, assigns, depth)
     return None
 

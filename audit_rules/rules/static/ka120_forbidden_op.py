@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
+from audit_rules.source_model import FunctionInfo, PyModule, Submission, self_attr_class, walk_body
 from graders.runformat import parse_forbidden
 
 RULE = RuleMeta(
@@ -115,8 +115,8 @@ def _is_extension(sub: Submission, module: PyModule, func: FunctionInfo | None, 
         if expr.id in module.sidecar_alias:
             return True
         return any(v is not expr and _is_extension(sub, module, func, v, depth + 1) for v in vals)
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" and func and func.cls:
-        return any(_is_extension(sub, module, f, v, depth + 1) for f, v in module.self_assigns(func.cls).get(expr.attr, []))
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and (cls_name := self_attr_class(func, expr.value.id)):
+        return any(_is_extension(sub, module, f, v, depth + 1) for f, v in module.self_assigns(cls_name).get(expr.attr, []))
     return False
 
 

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, walk_body
+from audit_rules.source_model import FunctionInfo, PyModule, Scope, Submission, self_attr_class, walk_body
 
 RULE = RuleMeta(
     id="KA141",
@@ -82,11 +82,9 @@ def _values(expr: ast.expr, scope: Scope) -> list[ast.expr]:
     if (
         isinstance(expr, ast.Attribute)
         and isinstance(expr.value, ast.Name)
-        and expr.value.id == "self"
-        and scope.func is not None
-        and scope.func.cls
+        and (cls_name := self_attr_class(scope.func, expr.value.id))
     ):
-        return [v for _f, v in module.self_assigns(scope.func.cls).get(expr.attr, [])]
+        return [v for _f, v in module.self_assigns(cls_name).get(expr.attr, [])]
     return []
 
 
