@@ -272,14 +272,68 @@ def outline(source: str) -> str:
     return text
 
 
+def aliases(source: str) -> str:
+    """Every imported name bound under a new alias: `import torch` -> `import torch as m0`,
+    `import triton.language as tl` -> `... as m1`, `from torch.utils.cpp_extension import load_inline`
+    -> `... import load_inline as m2`, every use of the old name renamed (`torch.mm` -> `m0.mm`).
+    `import a.b` (which binds `a`) becomes `import a.b` kept for its side effect plus `import a as mK`.
+    The code is re-printed (comments go, docstrings stay). A rule that matches the text `torch.` or
+    `tl.` instead of resolving what a name refers to moves here."""
+    tree = ast.parse(source)
+    mapping: dict[str, str] = {}
+
+    def alias_for(name: str) -> str:
+        if name not in mapping:
+            mapping[name] = f"m{len(mapping)}"
+        return mapping[name]
+
+    class Imports(ast.NodeTransformer):
+        def visit_Import(self, node: ast.Import) -> Any:
+            out: list[ast.stmt] = []
+            for a in node.names:
+                if a.asname:
+                    out.append(ast.Import(names=[ast.alias(a.name, alias_for(a.asname))]))
+                elif "." in a.name:
+                    root = a.name.split(".")[0]
+                    out.append(ast.Import(names=[ast.alias(a.name, None)]))
+                    out.append(ast.Import(names=[ast.alias(root, alias_for(root))]))
+                else:
+                    out.append(ast.Import(names=[ast.alias(a.name, alias_for(a.name))]))
+            return [ast.copy_location(n, node) for n in out]
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> Any:
+            if node.module == "__future__":
+                return node
+            names = [a if a.name == "*" else ast.alias(a.name, alias_for(a.asname or a.name)) for a in node.names]
+            return ast.copy_location(ast.ImportFrom(module=node.module, names=names, level=node.level), node)
+
+    tree = Imports().visit(tree)
+
+    class Uses(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> Any:
+            if node.id in mapping:
+                return ast.copy_location(ast.Name(mapping[node.id], node.ctx), node)
+            return node
+
+        def visit_Global(self, node: ast.Global) -> Any:
+            node.names = [mapping.get(n, n) for n in node.names]
+            return node
+
+    tree = Uses().visit(tree)
+    text = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    ast.parse(text)
+    return text
+
+
 def combined(source: str) -> str:
-    """rename, then attrs, then outline: the solution's own names, its attribute names and the shape
-    of its entry point changed at once (comments dropped, docstrings kept)."""
-    return outline(rename_attrs(rename(source)))
+    """rename, then attrs, then outline, then aliases: the solution's own names, its attribute names,
+    the shape of its entry point and the names of its imports changed at once (comments dropped,
+    docstrings kept)."""
+    return aliases(outline(rename_attrs(rename(source))))
 
 
 TRANSFORMS = {"rename": rename, "strip": strip, "reorder": reorder, "attrs": rename_attrs, "outline": outline,
-              "combined": combined}
+              "combined": combined, "aliases": aliases}
 
 
 def rewrite_archive(src: Path, dest: Path, transform: str = "rename") -> bool:
@@ -321,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                          "reorder: strip, and top-level functions in reverse order; attrs: every attribute "
                          "name the solution stores itself -> a<n> (state and torch names kept); outline: "
                          "each forward's body moved into a module-level function it calls (comments dropped); "
-                         "combined: rename, attrs and outline together")
+                         "aliases: every import bound under a new name; combined: rename, attrs, outline and aliases together")
     ap.add_argument("--decks", nargs="*", default=None, help="deck folders (default: the corpus's ../kbh-upstream)")
     args = ap.parse_args(argv)
     if args.out.exists():

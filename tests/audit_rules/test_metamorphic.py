@@ -22,14 +22,14 @@ from bench.metamorphic import TRANSFORMS, main, outline, rename_attrs
 from .test_static_rules import _ctx, _sources, _static_entries
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "kbh-dev"
-SEMANTIC = ("rename", "attrs", "outline", "combined")
+SEMANTIC = ("rename", "attrs", "outline", "aliases", "combined")
 
 
 @pytest.mark.skipif(not (CORPUS / "labels.json").is_file(), reason="../shared/kbh-dev not present")
 @pytest.mark.parametrize("transform", ["combined"])
 def test_rewriting_every_solution_moves_no_verdict(transform: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    # combined = rename + attrs + outline at once (each alone also moved none on 2026-12-06:
+    # combined = rename + attrs + outline + aliases at once (each alone also moved none on 2026-12-06:
     # `bench/metamorphic.py --transform T` for each, docs/fidelity.md)
     rc = main([str(CORPUS), "--out", str(tmp_path / transform), "--jobs", "1", "--transform", transform])
     out = capsys.readouterr().out

@@ -91,7 +91,7 @@ def test_different_code_with_the_same_interface_stays_apart() -> None:
 
 def test_canonical_names_keep_imports_attributes_and_the_interface() -> None:
     lines = _normalized_lines(ast.parse(RENAMED))
-    assert "class Model(nn.Module):" in lines and "def forward(self, a0: torch.Tensor) -> torch.Tensor:" in lines
+    assert "class Model(torch.nn.Module):" in lines and "def forward(self, a0: torch.Tensor) -> torch.Tensor:" in lines
     assert "a1 = torch.einsum('bd,nd->bn', a0.float(), self.weight.float())" in lines, lines
 
 
@@ -128,3 +128,14 @@ def test_a_transcription_with_its_functions_reordered_is_still_one() -> None:
 
     ref = REFERENCE + "\n\ndef get_init_inputs():\n    return [64]\n\n\ndef _helper(t):\n    return t * 2\n"
     assert _similarity(reorder(ref), ref) == 1.0
+
+
+def test_a_transcription_under_other_import_aliases_is_still_one() -> None:
+    # the same reference with its imports bound under other names: `T.einsum` is `torch.einsum`
+    aliased = RENAMED.replace("import torch\nimport torch.nn as nn\n", "import torch as T\nfrom torch import nn as N\n")
+    aliased = aliased.replace("torch.", "T.").replace("nn.", "N.")
+    assert "T.einsum" in aliased and "N.Parameter" in aliased
+    assert _similarity(aliased, REFERENCE) == _similarity(RENAMED, REFERENCE)
+    # what an alias stands for is kept: a different function under a familiar alias is not the same
+    lines = _normalized_lines(ast.parse("from torch import relu as softmax\ny = softmax(x)\n"))
+    assert "g = torch.relu(x)" in lines and "import torch.relu" in lines, lines

@@ -613,13 +613,14 @@ def _attr_dtypes(sub: Submission) -> dict[str, str]:
     """self.<attr> buffers allocated with a wide dtype anywhere in the submission: attr -> bf16/fp16/fp32."""
     out: dict[str, str] = {}
     for module in sub.modules.values():
+        top = module.scope(None)
         for node in ast.walk(module.tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register_buffer"
                     and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
                     and isinstance(node.args[1], ast.Call)):
                 for kw in node.args[1].keywords:
-                    if kw.arg == "dtype" and ast.unparse(kw.value) in _WIDE_TORCH:
-                        out[node.args[0].value] = _WIDE_TORCH[ast.unparse(kw.value)]
+                    if kw.arg == "dtype" and (q := sub.qualname(kw.value, top)) in _WIDE_TORCH:
+                        out[node.args[0].value] = _WIDE_TORCH[q]
                 continue
             if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
                 continue
@@ -627,7 +628,7 @@ def _attr_dtypes(sub: Submission) -> dict[str, str]:
                 if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and tgt.value.id == "self":
                     for kw in node.value.keywords:
                         if kw.arg == "dtype":
-                            q = ast.unparse(kw.value)
+                            q = sub.qualname(kw.value, top)
                             if q in _WIDE_TORCH:
                                 out[tgt.attr] = _WIDE_TORCH[q]
     return out
@@ -637,11 +638,53 @@ def _attr_dtypes(sub: Submission) -> dict[str, str]:
 _INTERFACE_NAMES = frozenset({"self", "cls", "Model", "forward", "__init__", "get_inputs", "get_init_inputs"})
 
 
+def _canonical_imports(tree: ast.AST) -> None:
+    """Every use of an import alias written as the dotted name it stands for, and the aliases dropped
+    from the import statements (names the module also binds itself are left alone)."""
+    full: dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                if a.asname:
+                    full[a.asname] = a.name
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level and n.module != "__future__":
+            for a in n.names:
+                if a.name != "*":
+                    full[a.asname or a.name] = f"{n.module}.{a.name}"
+    own: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            own.add(n.id)
+        elif isinstance(n, ast.arg):
+            own.add(n.arg)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(n.name)
+    full = {k: v for k, v in full.items() if k not in own and k != v}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id in full:
+            n.id = full[n.id]
+
+    class _Imports(ast.NodeTransformer):
+        # one form for every import: `import torch.nn as nn`, `from torch import nn as N` -> `import torch.nn`
+        def visit_Import(self, node: ast.Import) -> ast.AST:
+            return ast.copy_location(ast.Import(names=[ast.alias(a.name) for a in node.names]), node)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+            if not node.module or node.level or node.module == "__future__" or any(a.name == "*" for a in node.names):
+                return node
+            return ast.copy_location(ast.Import(names=[ast.alias(f"{node.module}.{a.name}") for a in node.names]), node)
+
+    _Imports().visit(tree)
+
+
 def _canonical_names(tree: ast.AST) -> None:
     """Rename, in place, every name a function binds (parameters, locals) to `a0, a1, ...` in order of
     first appearance in that function, and every other name the module binds (functions, classes,
     globals) to `g`: two copies of the same code that differ only in their own names unparse the
-    same (alpha-equivalence); imported and builtin names are kept."""
+    same (alpha-equivalence); builtin names are kept, and an imported name is written as what it
+    imports (`F.relu` with `import torch.nn.functional as F` -> `torch.nn.functional.relu`, `mm` with
+    `from torch import mm` -> `torch.mm`), the import statements without their aliases."""
+    _canonical_imports(tree)
     imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
                 for a in n.names}
     keep = _INTERFACE_NAMES | imported
