@@ -281,6 +281,10 @@ def aliases(source: str) -> str:
     `tl.` instead of resolving what a name refers to moves here."""
     tree = ast.parse(source)
     mapping: dict[str, str] = {}
+    # annotations keep their names (and their imports stay too): Triton's CPU interpreter finds a
+    # kernel's constexpr parameters by the annotation's text (`tl.constexpr`), not by its value
+    in_annotations = {n.id for a in ast.walk(tree) if isinstance(a, ast.arg) and a.annotation is not None
+                      for n in ast.walk(a.annotation) if isinstance(n, ast.Name)}
 
     def alias_for(name: str) -> str:
         if name not in mapping:
@@ -299,17 +303,25 @@ def aliases(source: str) -> str:
                     out.append(ast.Import(names=[ast.alias(root, alias_for(root))]))
                 else:
                     out.append(ast.Import(names=[ast.alias(a.name, alias_for(a.name))]))
+            if any((a.asname or a.name.split(".")[0]) in in_annotations for a in node.names):
+                out.insert(0, ast.Import(names=list(node.names)))
             return [ast.copy_location(n, node) for n in out]
 
         def visit_ImportFrom(self, node: ast.ImportFrom) -> Any:
             if node.module == "__future__":
                 return node
             names = [a if a.name == "*" else ast.alias(a.name, alias_for(a.asname or a.name)) for a in node.names]
-            return ast.copy_location(ast.ImportFrom(module=node.module, names=names, level=node.level), node)
+            new = ast.copy_location(ast.ImportFrom(module=node.module, names=names, level=node.level), node)
+            if any((a.asname or a.name) in in_annotations for a in node.names):
+                return [ast.copy_location(ast.ImportFrom(module=node.module, names=list(node.names), level=node.level), node), new]
+            return new
 
     tree = Imports().visit(tree)
 
     class Uses(ast.NodeTransformer):
+        def visit_arg(self, node: ast.arg) -> Any:
+            return node  # its annotation keeps its names (above)
+
         def visit_Name(self, node: ast.Name) -> Any:
             if node.id in mapping:
                 return ast.copy_location(ast.Name(mapping[node.id], node.ctx), node)
@@ -325,15 +337,86 @@ def aliases(source: str) -> str:
     return text
 
 
+def _own_functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def positional(source: str) -> str:
+    """Every keyword argument of a call to one of the module's own top-level functions (a Triton
+    kernel's constexprs: `_k[grid](x, y, n, BLOCK=128, EVICT="evict_last")`) passed by position
+    instead, where the parameters before it are all given by position (`*args` calls and
+    keyword-only parameters left alone). Re-printed (comments go, docstrings stay)."""
+    tree = ast.parse(source)
+    own = _own_functions(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.keywords:
+            continue
+        f = node.func.value if isinstance(node.func, ast.Subscript) else node.func
+        if not isinstance(f, ast.Name) or f.id not in own or any(isinstance(a, ast.Starred) for a in node.args):
+            continue
+        params = [a.arg for a in own[f.id].args.posonlyargs + own[f.id].args.args]
+        by_name = {k.arg: k for k in node.keywords if k.arg is not None}
+        args = list(node.args)
+        while len(args) < len(params) and params[len(args)] in by_name:
+            args.append(by_name.pop(params[len(args)]).value)
+        node.args = args
+        node.keywords = [k for k in node.keywords if k.arg is None or k.arg in by_name]
+    text = ast.unparse(tree) + "\n"
+    ast.parse(text)
+    return text
+
+
+def launchers(source: str) -> str:
+    """Every `kernel[grid](...)` launch of the module's own functions made in two steps: the
+    configured launcher bound to a name first (`_launch3 = kernel[grid]`), then called
+    (`_launch3(...)`). Only launches that are a whole statement, an assignment's value or a return
+    value are rewritten. Re-printed (comments go, docstrings stay)."""
+    tree = ast.parse(source)
+    own = _own_functions(tree)
+    count = 0
+
+    def launch(expr: ast.expr | None) -> ast.Call | None:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Subscript) and \
+                isinstance(expr.func.value, ast.Name) and expr.func.value.id in own:
+            return expr
+        return None
+
+    class Hoist(ast.NodeTransformer):
+        def generic_visit(self, node: ast.AST) -> ast.AST:
+            nonlocal count
+            super().generic_visit(node)
+            for field in ("body", "orelse", "finalbody"):
+                stmts = getattr(node, field, None)
+                if not isinstance(stmts, list) or not all(isinstance(x, ast.stmt) for x in stmts):
+                    continue
+                out: list[ast.stmt] = []
+                for st in stmts:
+                    call = launch(st.value) if isinstance(st, (ast.Expr, ast.Assign, ast.Return)) else None
+                    if call is not None:
+                        name = f"_launch{count}"
+                        count += 1
+                        out.append(ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())],
+                                                                value=call.func), st))
+                        call.func = ast.Name(name, ast.Load())
+                    out.append(st)
+                setattr(node, field, out)
+            return node
+
+    tree = Hoist().visit(tree)
+    text = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    ast.parse(text)
+    return text
+
+
 def combined(source: str) -> str:
-    """rename, then attrs, then outline, then aliases: the solution's own names, its attribute names,
-    the shape of its entry point and the names of its imports changed at once (comments dropped,
-    docstrings kept)."""
-    return aliases(outline(rename_attrs(rename(source))))
+    """rename, attrs, positional, launchers, outline, aliases in turn: the solution's own names, its
+    attribute names, how it passes arguments and launches kernels, the shape of its entry point and
+    the names of its imports changed at once (comments dropped, docstrings kept)."""
+    return aliases(outline(launchers(positional(rename_attrs(rename(source))))))
 
 
 TRANSFORMS = {"rename": rename, "strip": strip, "reorder": reorder, "attrs": rename_attrs, "outline": outline,
-              "combined": combined, "aliases": aliases}
+              "combined": combined, "aliases": aliases, "positional": positional, "launchers": launchers}
 
 
 def rewrite_archive(src: Path, dest: Path, transform: str = "rename") -> bool:
@@ -375,7 +458,9 @@ def main(argv: list[str] | None = None) -> int:
                          "reorder: strip, and top-level functions in reverse order; attrs: every attribute "
                          "name the solution stores itself -> a<n> (state and torch names kept); outline: "
                          "each forward's body moved into a module-level function it calls (comments dropped); "
-                         "aliases: every import bound under a new name; combined: rename, attrs, outline and aliases together")
+                         "aliases: every import bound under a new name; combined: all of these but strip/reorder "
+                         "together; positional: keyword arguments of the module's own functions passed by "
+                         "position; launchers: kernel[grid] bound to a name before the launch")
     ap.add_argument("--decks", nargs="*", default=None, help="deck folders (default: the corpus's ../kbh-upstream)")
     args = ap.parse_args(argv)
     if args.out.exists():

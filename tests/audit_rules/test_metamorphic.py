@@ -8,6 +8,7 @@ to preserve behaviour by running a small module before and after each on the CPU
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 import types
 from pathlib import Path
@@ -22,14 +23,14 @@ from bench.metamorphic import TRANSFORMS, main, outline, rename_attrs
 from .test_static_rules import _ctx, _sources, _static_entries
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "kbh-dev"
-SEMANTIC = ("rename", "attrs", "outline", "aliases", "combined")
+SEMANTIC = ("rename", "attrs", "outline", "aliases", "positional", "launchers", "combined")
 
 
 @pytest.mark.skipif(not (CORPUS / "labels.json").is_file(), reason="../shared/kbh-dev not present")
 @pytest.mark.parametrize("transform", ["combined"])
 def test_rewriting_every_solution_moves_no_verdict(transform: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    # combined = rename + attrs + outline + aliases at once (each alone also moved none on 2026-12-06:
+    # combined = every rewrite but strip/reorder at once (each alone also moved none on 2026-12-06:
     # `bench/metamorphic.py --transform T` for each, docs/fidelity.md)
     rc = main([str(CORPUS), "--out", str(tmp_path / transform), "--jobs", "1", "--transform", transform])
     out = capsys.readouterr().out
@@ -60,6 +61,19 @@ def test_every_rule_fixture_keeps_its_effects_when_rewritten(transform: str, dec
 
 MODULE = '''
 import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _axpb(x_ptr, out_ptr, n, A: tl.constexpr, B: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * A + B, mask=mask)
+
+
+def _scale(t, factor=1.0, shift=0.0):
+    return t * factor + shift
 
 
 class Model(torch.nn.Module):
@@ -71,7 +85,7 @@ class Model(torch.nn.Module):
         self._calls = 0
 
     def _prep(self, x):
-        return x * self.scale
+        return _scale(x, shift=1.0, factor=self.scale)
 
     def forward(self, x, *rest, k=1, **kw):
         self._calls += 1
@@ -79,24 +93,34 @@ class Model(torch.nn.Module):
         if not hasattr(self, "_cache") or key not in self._cache:
             self._cache[key] = self._prep(x) * self.weight
         flag = getattr(self, "_calls") > 1
-        return self._cache[key] + k + len(rest) + len(kw) + int(flag)
+        out = torch.empty_like(x)
+        _axpb[(triton.cdiv(x.numel(), 16),)](x, out, x.numel(), B=0.5, A=3.0, BLOCK=16)
+        return self._cache[key] + out + k + len(rest) + len(kw) + int(flag)
 '''
 
 
-def _load(source: str) -> types.ModuleType:
-    mod = types.ModuleType("metamorphic_case")
-    exec(compile(source, "<case>", "exec"), mod.__dict__)
+def _load(source: str, path: Path) -> types.ModuleType:
+    # written to a file and imported: @triton.jit reads its kernel's source from the file
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
     return mod
 
 
 @pytest.mark.parametrize("transform", SEMANTIC)
-def test_the_rewrites_keep_what_the_code_does(transform: str) -> None:
-    before, after = _load(MODULE), _load(TRANSFORMS[transform](MODULE))
-    m0, m1 = before.Model(4), after.Model(4)
+def test_the_rewrites_keep_what_the_code_does(transform: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the kernel runs in Triton's CPU interpreter
+    rewritten = TRANSFORMS[transform](MODULE)
+    assert rewritten != MODULE
+    before, after = _load(MODULE, tmp_path / "before_case.py"), _load(rewritten, tmp_path / "after_case.py")
+    m0, m1 = before.Model(40), after.Model(40)
     assert list(m0.state_dict()) == list(m1.state_dict()) == ["weight", "scale"]  # state names are kept
-    x = torch.ones(4)
+    x = torch.linspace(-1, 1, 40)
     for args, kw in (((x,), {}), ((x, 1, 2), {"k": 3, "z": 0}), ((x,), {})):
-        assert torch.equal(m0(*args, **kw), m1(*args, **kw))
+        with torch.no_grad():
+            assert torch.equal(m0(*args, **kw), m1(*args, **kw))
 
 
 def test_attrs_renames_the_solutions_own_attributes_only() -> None:
@@ -120,4 +144,6 @@ def test_outline_leaves_a_forward_that_needs_its_class_in_place() -> None:
         ''')
     out = outline(src)
     assert "_outlined_Base_forward" in out and "_outlined_Model_forward" not in out
-    assert torch.equal(_load(out).Model()(torch.ones(2)), torch.full((2,), 2.0))
+    mod = types.ModuleType("outline_case")
+    exec(compile(out, "<outline>", "exec"), mod.__dict__)
+    assert torch.equal(mod.Model()(torch.ones(2)), torch.full((2,), 2.0))
