@@ -1327,8 +1327,70 @@ def _module_name(path: str) -> str:
     return posixpath.splitext(posixpath.basename(path))[0]
 
 
+def _literal_name(node: ast.expr | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+        return node.value
+    return None
+
+
+def _instance_dict_of(node: ast.expr) -> ast.expr | None:
+    """X for `X.__dict__` and `vars(X)`."""
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" and len(node.args) == 1 \
+            and not node.keywords:
+        return node.args[0]
+    return None
+
+
+class _AttributeAccess(ast.NodeTransformer):
+    """Dynamic attribute access with a literal name written as the attribute it is, so every analysis
+    sees one form: `getattr(X, "n"[, d])`, `X.__dict__.get("n"[, d])`, `X.__dict__.setdefault("n", d)`,
+    `X.__dict__["n"]`, `vars(X)["n"]` -> `X.n`; `setattr(X, "n", v)` as a statement and
+    `X.__dict__["n"] = v` -> `X.n = v`. (`setdefault` also stores `d` when `n` is missing: as a read
+    of `X.n` that is what the cache analyses need, the container being `X.n`.) Source locations are
+    kept, so findings quote the text as written."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "getattr" and len(node.args) in (2, 3) and not node.keywords:
+            name = _literal_name(node.args[1])
+            if name is not None:
+                return ast.copy_location(ast.Attribute(value=node.args[0], attr=name, ctx=ast.Load()), node)
+        if isinstance(f, ast.Attribute) and f.attr in ("get", "setdefault") and node.args and not node.keywords:
+            owner = _instance_dict_of(f.value)
+            name = _literal_name(node.args[0])
+            if owner is not None and name is not None and len(node.args) <= 2:
+                return ast.copy_location(ast.Attribute(value=owner, attr=name, ctx=ast.Load()), node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        owner = _instance_dict_of(node.value)
+        name = _literal_name(node.slice)
+        if owner is not None and name is not None:
+            return ast.copy_location(ast.Attribute(value=owner, attr=name, ctx=node.ctx), node)
+        return node
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        self.generic_visit(node)
+        c = node.value
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) == 3 \
+                and not c.keywords and (name := _literal_name(c.args[1])) is not None:
+            target = ast.copy_location(ast.Attribute(value=c.args[0], attr=name, ctx=ast.Store()), c)
+            return ast.copy_location(ast.Assign(targets=[target], value=c.args[2]), node)
+        return node
+
+
+def _desugar_attribute_access(tree: ast.Module) -> ast.Module:
+    out = _AttributeAccess().visit(tree)
+    ast.fix_missing_locations(out)
+    return out
+
+
 def _parse_module(path: str, source: str, closure: SourceClosure) -> PyModule:
-    tree = ast.parse(source, filename=path)
+    tree = _desugar_attribute_access(ast.parse(source, filename=path))
     mod = PyModule(path=path, name=_module_name(path), source=source, tree=tree, lines=source.splitlines())
     for parent in ast.walk(tree):
         for child in ast.iter_child_nodes(parent):
