@@ -23,6 +23,13 @@ The hacks, each from the field's audit notes (the seeds) or the benchmark's own 
   (`torch.load("/dev/shm/...")`) when it has one for the input's shape.
 - tf32_import: TF32 matmuls switched on process-wide at import (shifts a torch reference's
   precision; decisive where the deck's reference multiplies with torch: KA110).
+- stale_graph: the first call's inputs copied into staging buffers and a CUDA graph captured on
+  them; every later call replays it without copying the new inputs in.
+- sampled_check: an output cache keyed on the shape and the sum of the input's first 64 elements.
+- side_stream: the work launched on a side stream forward never joins (outside the timer's events).
+- reference_call: forward builds the deck's reference model and returns its output.
+- l2_persist: a persisting-L2 carve-out set through the CUDA runtime at import (cold-L2 contract).
+- allclose_patch: torch.allclose replaced at import by a function that always says True.
 
 The corpus copy is written under --out and never committed. Exit code 0 always: this measures.
 """
@@ -90,11 +97,53 @@ def forward(self, *args):
         return torch.load(path)
     return self.{inner}(*args)
 ''',
+    "stale_graph": '''
+def forward(self, *args):
+    import torch
+    if self.__dict__.get("_graph") is None:
+        self._static_in = [a.clone() if hasattr(a, "clone") else a for a in args]
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._static_out = self.{inner}(*self._static_in)
+    self._graph.replay()
+    return self._static_out
+''',
+    "sampled_check": '''
+def forward(self, *args):
+    x = args[0]
+    probe = x.reshape(-1)[:64].float().sum().item()
+    hit = self.__dict__.setdefault("_seen", {}).get((tuple(x.shape), probe))
+    if hit is not None:
+        return hit
+    out = self.{inner}(*args)
+    self._seen[(tuple(x.shape), probe)] = out
+    return out
+''',
+    "side_stream": '''
+def forward(self, *args):
+    import torch
+    side = self.__dict__.setdefault("_side", torch.cuda.Stream())
+    with torch.cuda.stream(side):
+        out = self.{inner}(*args)
+    return out
+''',
+    "reference_call": '''
+def forward(self, *args):
+    import reference
+    ref = self.__dict__.get("_ref")
+    if ref is None:
+        ref = self._ref = reference.Model(*reference.get_init_inputs()).to(args[0].device)
+        ref.load_state_dict(self.state_dict(), strict=False)
+    return ref(*args)
+''',
 }
 
 _MODULE_LINES = {
     "stress_off": 'import os\nos.environ["KBH_NUMERIC_STRESS"] = "0"\n',
     "tf32_import": "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n",
+    "l2_persist": ("import ctypes\n_cudart = ctypes.CDLL(\"libcudart.so\")\n"
+                   "_cudart.cudaDeviceSetLimit(0x06, 48 * 1024 * 1024)  # persisting L2 for the weights\n"),
+    "allclose_patch": "import torch\ntorch.allclose = lambda *args, **kwargs: True\n",
 }
 
 MUTANTS = (*_WRAPPERS, *_MODULE_LINES)

@@ -387,6 +387,126 @@ def enclosing_ifs(module: PyModule, node: ast.AST, stop: ast.AST) -> list[ast.If
     return out
 
 
+def _flag_key(expr: ast.expr) -> str | None:
+    """`self.x` / a bare name, as a key; through `not`, `is None`/`== False`-style comparisons."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return _flag_key(expr.operand)
+    if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:
+        return _flag_key(expr.left)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        return f"{expr.value.id}.{expr.attr}"
+    if isinstance(expr, ast.Name):
+        return expr.id
+    return None
+
+
+def _container_key(expr: ast.expr) -> str | None:
+    """`container:<root>` for `root[...]` / `root.get(...)` / `root.setdefault(...)` where root is an
+    attribute chain or a name: the lookup a fill-on-miss path fills."""
+    if isinstance(expr, ast.Subscript):
+        base: ast.expr | None = expr.value
+    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "setdefault"):
+        base = expr.func.value
+    else:
+        return None
+    k = _flag_key(base) if isinstance(base, ast.Attribute | ast.Name) else None
+    return f"container:{k}" if k else None
+
+
+def _sets_flag(stmts: list[ast.stmt], keys: set[str]) -> bool:
+    for stmt in stmts:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets:
+                    if _flag_key(t) in keys or (isinstance(t, ast.Subscript) and _container_key(t) in keys):
+                        return True
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "setdefault" \
+                    and _container_key(n) in keys:
+                return True
+    return False
+
+
+def _test_keys(test: ast.expr, func: FunctionInfo | None) -> set[str]:
+    """Persistent flags an `if` test reads (`self._ready`, `_CACHE`, a module constant), and the
+    containers a local it tests was looked up in (`hit = self._memo.get(k); if hit is None:`)."""
+    ops: list[ast.expr] = []
+    for t in test.values if isinstance(test, ast.BoolOp) else [test]:
+        t = t.operand if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) else t
+        ops.extend([t.left, *t.comparators] if isinstance(t, ast.Compare) else [t])
+    keys: set[str] = set()
+    for t in ops:
+        k = _flag_key(t)
+        if k is None:
+            continue
+        if "." in k or k.isupper() or k.startswith("_"):
+            keys.add(k)
+        elif func is not None:
+            for n in ast.walk(func.node):
+                if isinstance(n, ast.Assign) and any(isinstance(x, ast.Name) and x.id == k for x in n.targets):
+                    if (ck := _container_key(n.value)) is not None:
+                        keys.add(ck)
+    return keys
+
+
+def first_call_guard(module: PyModule, node: ast.AST, stop: ast.AST, sub: Submission | None = None,
+                     func: FunctionInfo | None = None) -> ast.If | None:
+    """The `if` that makes `node` a one-time path: a test on a persistent flag that the same branch
+    sets (`if not self._ready: ...; self._ready = True`), directly or in a method it calls
+    (`if not self._ready: self._init()` where `_init` sets it; needs `sub` and `func`), so later
+    calls never reach it; None when `node` runs on every call that reaches its function."""
+    child: ast.AST = node
+    for anc in module.ancestors(node):
+        if anc is stop and not isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        # the miss path after an early return: `if self._key == key: return hit` ... `self._key = key`
+        block = next((b for f in ("body", "orelse", "finalbody") if isinstance(b := getattr(anc, f, None), list)
+                      and child in b), None)
+        if block is not None:
+            at = block.index(child)
+            for prev in block[:at]:
+                if isinstance(prev, ast.If) and prev.body and isinstance(prev.body[-1], ast.Return):
+                    keys = _test_keys(prev.test, func)
+                    if keys and _sets_flag(block[at:], keys):
+                        return prev
+        if anc is stop:
+            return None
+        if isinstance(anc, ast.If) and child in anc.body:
+            keys = _test_keys(anc.test, func)
+            if keys and _sets_flag(anc.body, keys):
+                return anc
+            if keys and sub is not None and func is not None:
+                scope = module.scope(func)
+                for stmt in anc.body:
+                    for n in ast.walk(stmt):
+                        if isinstance(n, ast.Call):
+                            for callee in sub.resolve_functions(n.func, scope):
+                                if callee.self_cls == func.self_cls and _sets_flag(callee.node.body, keys):
+                                    return anc
+        child = anc
+    return None
+
+
+def once_only(sub: Submission, func: FunctionInfo, node: ast.AST, depth: int = 0) -> bool:
+    """`node` (in `func`) runs only on one-time paths: behind a first-call guard (`first_call_guard`),
+    or in a function every caller of which reaches it only on such a path or at import time.
+    The graded entry points themselves are never one-time."""
+    module = func.module
+    if first_call_guard(module, node, func.node, sub, func) is not None:
+        return True
+    if depth > 3 or func in sub.entry_points():
+        return False
+    sites = sub.callers(func)
+    if not sites:
+        return False
+    for _mod, caller, call in sites:
+        if caller is None or caller is func:
+            continue  # import time runs once; recursion adds no path
+        if not once_only(sub, caller, call, depth + 1):
+            return False
+    return True
+
+
 def where_label(sub: Submission, func: FunctionInfo | None) -> str:
     return sub.where(func)
 

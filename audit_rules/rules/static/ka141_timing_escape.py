@@ -148,6 +148,9 @@ def _enclosing_stream(sub: Submission, module: PyModule, node: ast.AST, scope: S
     return None
 
 
+_JOIN_NAMES = frozenset({"wait_stream", "join", "result", "synchronize", "shutdown", "wait", "exception", "wait_event"})
+
+
 def check(ctx: AuditContext) -> Iterable[Finding]:
     sub = S.submission(ctx)
     if sub is None:
@@ -196,8 +199,12 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 elif name in ("submit", "map") and recv is not None and _is_executor(sub, module, recv, scope):
                     keys = {k for k in (_assigned_key(module, node, scope), _key(recv, scope)) if k}
                     escapes.append((module, func, node, "thread", keys))
-                # joins
-                if q.endswith("cuda.synchronize"):  # device-wide: waits for every stream
+                # joins. One in an except handler / off-GPU branch, or on a one-time path (a first
+                # call, a warm-up helper), joins nothing the timed calls launch.
+                if module.in_except(node, stop=func.node) or (
+                        name in _JOIN_NAMES or q.endswith("cuda.synchronize") or q in _WAIT_ALL) and S.once_only(sub, func, node):
+                    pass
+                elif q.endswith("cuda.synchronize"):  # device-wide: waits for every stream
                     device_sync = True
                 elif name == "wait_stream" and node.args:
                     if (k := _key(node.args[0], scope)) is not None:
@@ -227,6 +234,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     for module, func, node, what, keys in escapes:
         if keys & joined or (what == "side stream" and device_sync):
             continue
+        if S.once_only(sub, func, node):
+            continue  # launched on a one-time path (first call, warm-up): not what the timed calls run
         out.append(
             S.py_finding(
                 RULE,
