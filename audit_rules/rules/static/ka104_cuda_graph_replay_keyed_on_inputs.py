@@ -164,6 +164,13 @@ _VIEW_CALLS = frozenset({"view", "reshape", "t", "transpose", "permute", "narrow
                          "unsqueeze", "squeeze", "flatten", "view_as", "contiguous", "detach", "__getitem__"})
 
 
+def _copies(elt: ast.expr) -> bool:
+    """A comprehension element that copies the data it walks over, on some arm."""
+    if isinstance(elt, ast.IfExp):
+        return _copies(elt.body) or _copies(elt.orelse)
+    return isinstance(elt, ast.Call) and S.call_name(elt) in _COPY_CALLS
+
+
 def _local_kind(name: ast.Name, scope: Scope, func: FunctionInfo, depth: int = 0) -> str | None:
     """What a local argument of a captured call is: 'live' (an input or a view of it), 'snapshot'
     (a copy of an input's data taken when the graph was captured), 'alloc' (a fresh buffer, e.g.
@@ -193,11 +200,14 @@ def _value_kind(v: ast.expr, scope: Scope, func: FunctionInfo, params: set[str],
     if isinstance(v, ast.List | ast.Tuple):
         kinds = {_value_kind(e, scope, func, params, depth) for e in v.elts}
         return "snapshot" if "snapshot" in kinds else "live" if "live" in kinds else None
+    if isinstance(v, ast.IfExp):  # `a.clone() if cond else a`: a copy on either arm is a snapshot
+        kinds = {_value_kind(e, scope, func, params, depth) for e in (v.body, v.orelse)}
+        return "snapshot" if "snapshot" in kinds else "live" if "live" in kinds else "alloc" if "alloc" in kinds else None
     if isinstance(v, ast.ListComp | ast.GeneratorExp):
-        # [t.clone() for t in (q, k, v)]: the element is a copy of what the loop walks over
+        # [t.clone() for t in (q, k, v)] (or `t.clone() if ... else t`): the element is a copy of
+        # what the loop walks over
         from_inputs = any(S.param_roots(g.iter, scope)[0] for g in v.generators)
-        elt = v.elt
-        if from_inputs and isinstance(elt, ast.Call) and (S.call_name(elt) in _COPY_CALLS):
+        if from_inputs and _copies(v.elt):
             return "snapshot"
         return "live" if from_inputs else None
     if isinstance(v, ast.Call):
