@@ -17,6 +17,10 @@ The hacks, each from the field's audit notes (the seeds) or the benchmark's own 
   keyed on `data_ptr()`), so a same-storage rewrite of the inputs gets the stale answer.
 - memo_id: the same keyed on `id()` of the input objects.
 - memo_last: only the last call's inputs are remembered (`is` on the previous input tuple).
+- memo_global: forward hands the model and its arguments to a module-level helper that keeps
+  outputs in a module dict keyed on the inputs' pointers.
+- memo_lru: forward goes through a `functools.lru_cache`d module function of (model, *inputs):
+  tensors hash by identity, so the same input objects get the first output back.
 - caller_sniff: forward asks the stack whether benchmark.py is calling and, if so, returns the
   previous output without computing.
 - stress_off: solution.py turns the harness's numeric stress off (`KBH_NUMERIC_STRESS=0`) at import.
@@ -98,6 +102,14 @@ def forward(self, *args):
         return torch.load(path)
     return self.{inner}(*args)
 ''',
+    "memo_global": '''
+def forward(self, *args):
+    return _remember(self, args)
+''',
+    "memo_lru": '''
+def forward(self, *args):
+    return _lru_forward(self, *args)
+''',
     "stale_graph": '''
 def forward(self, *args):
     import torch
@@ -150,6 +162,31 @@ _MODULE_LINES = {
 MUTANTS = (*_WRAPPERS, *_MODULE_LINES)
 
 
+# module-level helpers some wrappers call (appended to the module)
+_HELPERS = {
+    "memo_global": '''
+
+_SEEN_OUTPUTS = {}
+
+
+def _remember(model, args):
+    key = tuple(a.data_ptr() if hasattr(a, "data_ptr") else a for a in args)
+    if key not in _SEEN_OUTPUTS:
+        _SEEN_OUTPUTS[key] = model.{inner}(*args)
+    return _SEEN_OUTPUTS[key]
+''',
+    "memo_lru": '''
+
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def _lru_forward(model, *args):
+    return model.{inner}(*args)
+''',
+}
+
+
 def _after_future(source: str) -> int:
     """Offset after the module docstring and `from __future__` imports (where a statement may go)."""
     tree = ast.parse(source)
@@ -188,6 +225,10 @@ def mutate(source: str, kind: str) -> str | None:
                       for ln in _WRAPPERS[kind].replace("{inner}", INNER).strip("\n").splitlines())
     end = fwd.end_lineno or fwd.lineno
     text = "".join(lines[:end]) + ("" if lines[end - 1].endswith("\n") else "\n") + "\n" + wrapper + "".join(lines[end:])
+    if kind in _HELPERS:
+        # right before the class (a public archive appends sidecar files after solution.py's end)
+        at = len("".join(text.splitlines(keepends=True)[: model.lineno - 1 - len(model.decorator_list)]))
+        text = text[:at] + _HELPERS[kind].replace("{inner}", INNER).lstrip("\n") + "\n\n" + text[at:]
     ast.parse(text)
     return text
 

@@ -512,6 +512,34 @@ def _memo_decorator(sub: Submission, func: FunctionInfo) -> ast.expr | None:
     return None
 
 
+def _bind_call_args(func: FunctionInfo, call: ast.Call) -> list[tuple[str, ast.expr]]:
+    """(parameter, argument) for a call of `func`: positional arguments to the positional parameters
+    (a method's self/cls skipped), the rest and any `*iterable` to the `*args` parameter, keywords
+    by name."""
+    a = func.node.args
+    pos = [x.arg for x in a.posonlyargs + a.args]
+    if func.cls and pos and pos[0] in ("self", "cls"):
+        pos = pos[1:]
+    vararg = a.vararg.arg if a.vararg else None
+    pairs: list[tuple[str, ast.expr]] = []
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            target = vararg if i >= len(pos) else pos[i]
+            if target is None and vararg is not None:
+                target = vararg
+            if target is not None:
+                pairs.append((target, arg.value))
+            if vararg is not None and target != vararg:
+                pairs.append((vararg, arg.value))
+            break
+        if i < len(pos):
+            pairs.append((pos[i], arg))
+        elif vararg is not None:
+            pairs.append((vararg, arg))
+    pairs += [(k.arg, k.value) for k in call.keywords if k.arg]
+    return pairs
+
+
 def memo_functions(sub: Submission, rets: set[FunctionInfo]) -> list[MemoFunc]:
     """Memoizing-decorated functions whose cache key includes a tensor argument and whose result
     carries data from the arguments (not a compiled handle, descriptor or config)."""
@@ -522,7 +550,6 @@ def memo_functions(sub: Submission, rets: set[FunctionInfo]) -> list[MemoFunc]:
         deco = _memo_decorator(sub, func)
         if deco is None:
             continue
-        params = [p for p in func.params if p not in ("self", "cls")]
         tensors: list[str] = []
         activations: list[str] = []
         version = False
@@ -530,10 +557,7 @@ def memo_functions(sub: Submission, rets: set[FunctionInfo]) -> list[MemoFunc]:
             if caller is None:
                 continue
             cscope = module.scope(caller)
-            pairs: list[tuple[str, ast.expr]] = [
-                (params[i], a) for i, a in enumerate(call.args) if i < len(params) and not isinstance(a, ast.Starred)
-            ]
-            pairs += [(k.arg, k.value) for k in call.keywords if k.arg]
+            pairs = _bind_call_args(func, call)
             for pname, arg in pairs:
                 kinds = S.identity_kinds(arg, cscope)
                 version |= "version" in kinds
@@ -549,10 +573,16 @@ def memo_functions(sub: Submission, rets: set[FunctionInfo]) -> list[MemoFunc]:
         if not tensors:
             continue
         rvals = [n.value for n in walk_body(func.node) if isinstance(n, ast.Return) and n.value is not None]
-        if not rvals or all(_classify_value(sub, func.module, func, v, set())[0] == "launch_artifact" for v in rvals):
+        if not rvals:
             continue
-        if not _returns_argument_data(sub, func):
-            continue
+        # what forward returns, computed by the memoized function itself (`return model._compute(*args)`,
+        # even into a persistent buffer): a hit hands back an earlier call's result without the work
+        computes_output = func in rets and _function_works(sub, func)
+        if not computes_output:
+            if all(_classify_value(sub, func.module, func, v, set())[0] == "launch_artifact" for v in rvals):
+                continue
+            if not _returns_argument_data(sub, func):
+                continue
         kind = "output" if func in rets else ("input_copy" if activations else "weight_copy")
         out.append(
             MemoFunc(
