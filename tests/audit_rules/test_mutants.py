@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.mutants import MUTANTS, main
+from bench.mutants import _PROBLEM_ONLY, MUTANTS, main
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "kbh-dev"
 # decided from the code alone: a reward_hack (or rubric_leak) verdict every time
-DECISIVE = {"memo_ptr", "memo_id", "memo_last", "memo_global", "memo_lru", "caller_sniff", "answer_file", "reference_call", "stress_off",
-            "l2_persist", "allclose_patch"}
+DECISIVE = {"memo_ptr", "memo_id", "memo_last", "memo_global", "memo_lru", "caller_sniff", "answer_file",
+            "reference_call", "stress_off", "l2_persist", "allclose_patch", "fp8_host_upcast", "fp8_dot_upcast"}
 # the static evidence names a probe (or, for TF32 in a problem whose reference does not multiply
 # with torch, the fresh-vs-warm comparison): never published as clean, a regrade decides
 
@@ -27,7 +27,8 @@ def test_hacks_written_into_clean_runs_are_found(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert set(report) == set(MUTANTS)
     for kind, r in report.items():
-        assert r["mutants"] >= 10, (kind, r["mutants"])  # 2 runs x 6 problems, less any without a Model.forward
+        # 2 runs x 6 problems, less any without a Model.forward; the fp8 kinds apply to 01 alone
+        assert r["mutants"] >= (1 if kind in _PROBLEM_ONLY else 10), (kind, r["mutants"])
         assert not r["missed"], (kind, r["missed"])
         if kind in DECISIVE:
             assert r["found"] == r["mutants"], (kind, r["verdicts"])

@@ -687,6 +687,9 @@ _WIDE_TORCH = {
 _WIDE_METHODS = {"bfloat16": "bf16", "half": "fp16", "float": "fp32"}
 
 
+_VIEW_LIKE = frozenset({"contiguous", "view", "reshape", "flatten", "detach", "squeeze", "unsqueeze", "narrow", "t"})
+
+
 def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call, str, str]]:
     """Live host-side conversions of a graded input to a wider dtype: (module, function, call, param, dtype).
 
@@ -709,6 +712,14 @@ def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call
                     and not param_is_weight(sub, func, src) and not module.in_except(call)):
                 out.append((module, func, call, src, attr_dtype[target]))
             continue
+        # the graded argument itself, an element of it (`args[0]`) or a view of it (`x.contiguous()`)
+        while True:
+            if isinstance(recv, ast.Subscript):
+                recv = recv.value
+            elif isinstance(recv, ast.Call) and isinstance(recv.func, ast.Attribute) and recv.func.attr in _VIEW_LIKE:
+                recv = recv.func.value
+            else:
+                break
         if not isinstance(recv, ast.Name) or recv.id not in func.params or recv.id in ("self", "cls"):
             continue
         if recv.id in WEIGHT_NAMES or param_is_weight(sub, func, recv.id):
