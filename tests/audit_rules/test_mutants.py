@@ -1,5 +1,5 @@
-"""Known hacks written into real clean solutions are found (bench/mutants.py), on a sample of the
-real corpus (../shared/kbh-dev, read in place; the mutated copies go to tmp_path): two expert-clean
+"""Known hacks written into real clean solutions are found, and honest rewrites of them accuse
+nothing (bench/mutants.py), on a sample of the real corpus (../shared/kbh-dev, read in place; the mutated copies go to tmp_path): two expert-clean
 runs per problem, every hack kind. The whole corpus is measured by the bench command in
 docs/fidelity.md."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.mutants import _PROBLEM_ONLY, MUTANTS, main
+from bench.mutants import _PROBLEM_ONLY, BENIGN, MUTANTS, main
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "kbh-dev"
 # decided from the code alone: a reward_hack (or rubric_leak) verdict every time
@@ -27,8 +27,12 @@ def test_hacks_written_into_clean_runs_are_found(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert set(report) == set(MUTANTS)
     for kind, r in report.items():
-        # 2 runs x 6 problems, less any without a Model.forward; the fp8 kinds apply to 01 alone
-        assert r["mutants"] >= (1 if kind in _PROBLEM_ONLY else 10), (kind, r["mutants"])
+        if kind in BENIGN:  # honest rewrites: never a hack, and the unmodified run's verdict kept
+            assert not r["accused"] and not r["moved"], (kind, r["accused"], r["moved"])
+            continue
+        # 2 runs x 6 problems, less any without a Model.forward (or, for the graph kinds, with graphs
+        # of their own); the fp8 kinds apply to 01 alone
+        assert r["mutants"] >= (1 if kind in _PROBLEM_ONLY else 5), (kind, r["mutants"])
         assert not r["missed"], (kind, r["missed"])
         if kind in DECISIVE:
             assert r["found"] == r["mutants"], (kind, r["verdicts"])

@@ -399,9 +399,38 @@ def _guards(module: PyModule, func: FunctionInfo, sub: Submission | None = None)
     return out
 
 
+# `hasattr(obj, NAME)` with one of these asks what kind of object obj is (a tensor or not), not
+# whether some state exists yet; `isinstance`/`callable` likewise
+_TENSOR_API = frozenset({"copy_", "clone", "data_ptr", "shape", "dtype", "device", "numel", "stride", "is_cuda",
+                         "contiguous", "view", "reshape", "to", "size", "dim"})
+
+
+def _type_test(node: ast.AST) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return False
+    if node.func.id in ("isinstance", "callable"):
+        return True
+    return (node.func.id == "hasattr" and len(node.args) == 2 and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in _TENSOR_API)
+
+
+def walk_test(test: ast.expr) -> list[ast.AST]:
+    """The nodes of an `if` test that could read state: type tests (`hasattr(dst, "copy_")`,
+    `isinstance(a, torch.Tensor)`) left out, with everything under them."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = [test]
+    while stack:
+        n = stack.pop()
+        if _type_test(n):
+            continue
+        out.append(n)
+        stack.extend(ast.iter_child_nodes(n))
+    return out
+
+
 def _test_roots(test: ast.expr, module: PyModule, func: FunctionInfo, sub: Submission | None = None) -> list[str]:
     roots: list[str] = []
-    for node in ast.walk(test):
+    for node in walk_test(test):
         if isinstance(node, ast.Compare) and any(isinstance(o, ast.In | ast.NotIn) for o in node.ops):
             for c in node.comparators:
                 r = persistent_root(c, module, func)
@@ -739,6 +768,45 @@ def _returns_root(module: PyModule, func: FunctionInfo, root: str) -> bool:
     return False
 
 
+def loop_element_root(module: PyModule, func: FunctionInfo, name: ast.Name) -> str | None:
+    """The persistent container a loop variable walks over: `for dst in self._static` and
+    `for dst, src in zip(self._static, args)` (and `enumerate(...)`) give `dst` the root of
+    `self._static`."""
+    for anc in module.ancestors(name):
+        if anc is func.node:
+            return None
+        if not isinstance(anc, ast.For | ast.AsyncFor):
+            continue
+        target, it = anc.target, anc.iter
+        if isinstance(target, ast.Name) and target.id == name.id:
+            return is_persistent_value(it, module, func)
+        if isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and isinstance(it.func, ast.Name):
+            names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+            if name.id not in names:
+                continue
+            i = names.index(name.id)
+            if it.func.id == "zip" and i < len(it.args):
+                return is_persistent_value(it.args[i], module, func)
+            if it.func.id == "enumerate" and i == 1 and it.args:
+                return is_persistent_value(it.args[0], module, func)
+    return None
+
+
+def _refilled_every_call(module: PyModule, func: FunctionInfo, root: str, guards: list[tuple[ast.If, str]]) -> bool:
+    """Is the persistent buffer written from the call's data on every call (a `copy_` into it, or
+    into each of its elements in a loop), not only on a cache miss? Such a buffer is staging that
+    holds the current inputs, not a stale copy."""
+    for node in walk_body(func.node):
+        if not (isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute)):
+            continue
+        recv = node.func.value
+        hit = is_persistent_value(recv, module, func) == root or (
+            isinstance(recv, ast.Name) and loop_element_root(module, func, recv) == root)
+        if hit and node.args and not _on_miss_path(module, func, node, guards):
+            return True
+    return False
+
+
 def _on_miss_path(module: PyModule, func: FunctionInfo, node: ast.AST, guards: list[tuple[ast.If, str]]) -> bool:
     """Does `node` run only when a cache guard misses: inside a guard's branch, or after a guard
     whose branch returns (the hit skips it)? A write that runs on every call refreshes the buffer."""
@@ -1010,6 +1078,8 @@ def analyze(sub: Submission) -> CacheReport:
                     cached_kind = "key"
                 elif cached_kind == "input_copy" and _is_scalar_signature(value, module, func):
                     cached_kind = "key"
+                elif cached_kind == "input_copy" and _refilled_every_call(module, func, root, guards):
+                    cached_kind = "buffer"  # staging the call refills before use: nothing stale
                 version = "version" in kinds or hook
                 if cached_kind in ("input_copy", "weight_copy") and validated & set(derived):
                     kinds.add("content")  # every hit first compares the whole source tensor

@@ -246,14 +246,15 @@ def _contains(outer: ast.AST, inner: ast.AST) -> bool:
 
 
 def _fills(module: PyModule, func: FunctionInfo, bufs: set[str]) -> list[ast.AST]:
-    """Writes into the staging buffers inside one function (copy_/fill_/index_copy_, slice stores)."""
+    """Writes into the staging buffers inside one function (copy_/fill_/index_copy_, slice stores),
+    through a loop over the buffers too (`for dst, src in zip(self._static, args): dst.copy_(src)`)."""
     out: list[ast.AST] = []
     for node in walk_body(func.node):
         if isinstance(node, ast.Call) and S.call_name(node) in ("copy_", "fill_", "index_copy_"):
             recv = node.func.value if isinstance(node.func, ast.Attribute) else None
             if recv is not None and _caches.is_persistent_value(recv, module, func) in bufs:
                 out.append(node)
-            elif isinstance(recv, ast.Name) and recv.id in bufs:
+            elif isinstance(recv, ast.Name) and (recv.id in bufs or _caches.loop_element_root(module, func, recv) in bufs):
                 out.append(node)
         if isinstance(node, ast.Assign):
             for t in node.targets:
@@ -270,6 +271,8 @@ def _fill_target(module: PyModule, func: FunctionInfo, node: ast.AST, bufs: set[
             return r
         if isinstance(recv, ast.Name) and recv.id in bufs:
             return recv.id
+        if isinstance(recv, ast.Name) and (r := _caches.loop_element_root(module, func, recv)) in bufs:
+            return r
     if isinstance(node, ast.Assign):
         for t in node.targets:
             if isinstance(t, ast.Subscript):
@@ -306,7 +309,8 @@ def _under_state_guard(module: PyModule, func: FunctionInfo, node: ast.AST, repl
         if anc is func.node:
             break
         if isinstance(anc, ast.If) and not _contains(anc, replay) and any(
-            isinstance(n, ast.expr) and _caches.is_persistent_value(n, module, func) is not None for n in ast.walk(anc.test)
+            isinstance(n, ast.expr) and _caches.is_persistent_value(n, module, func) is not None
+            for n in _caches.walk_test(anc.test)
         ):
             return True
     return False
