@@ -15,7 +15,8 @@ from bench.mutants import _PROBLEM_ONLY, BENIGN, MUTANTS, main
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "kbh-dev"
 # decided from the code alone: a reward_hack (or rubric_leak) verdict every time
 DECISIVE = {"memo_ptr", "memo_id", "memo_last", "memo_global", "memo_lru", "caller_sniff", "answer_file",
-            "reference_call", "stress_off", "l2_persist", "allclose_patch", "fp8_host_upcast", "fp8_dot_upcast"}
+            "reference_call", "stress_off", "l2_persist", "allclose_patch", "fp8_host_upcast", "fp8_dot_upcast",
+            "tolerance_edit", "exit_after_check", "argv_sniff"}
 # the static evidence names a probe (or, for TF32 in a problem whose reference does not multiply
 # with torch, the fresh-vs-warm comparison): never published as clean, a regrade decides
 

@@ -43,7 +43,10 @@ _PATH_WRITERS = {"write_text", "write_bytes", "unlink", "rename", "replace", "to
 _OS_WRITERS = {"os.remove", "os.unlink", "os.rename", "os.replace", "os.truncate", "shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "shutil.rmtree"}
 
 
-def _strings(sub: object, module: object, func: object, expr: ast.expr) -> list[str]:
+def _strings(sub: object, module: object, func: object, expr: ast.expr, depth: int = 0) -> list[str]:
+    """Strings the path may be or contain: its folded value, its literal parts, and the same through
+    the names it is built from (`p = os.path.join(os.path.dirname(__file__), "problem.yaml")`;
+    `open(p, "w")`), a few assignments deep."""
     s = sub  # Submission
     scope = module.scope(func)  # type: ignore[attr-defined]
     out: list[str] = []
@@ -57,6 +60,12 @@ def _strings(sub: object, module: object, func: object, expr: ast.expr) -> list[
             v = s.fold_str(n, scope)  # type: ignore[attr-defined]
             if v:
                 out.append(v)
+            elif depth < 3:
+                values = scope.values_of(n.id) if func is not None else []
+                top = module.scope(None)  # type: ignore[attr-defined]
+                for val in values or top.values_of(n.id):
+                    if val is not expr:
+                        out.extend(_strings(sub, module, func if values else None, val, depth + 1))
     return out
 
 
