@@ -9,7 +9,10 @@ Python threads/executors, with no join of THAT object anywhere on the live path
 ``pool.shutdown()``; C++ ``cudaStreamSynchronize``/``cudaStreamWaitEvent``/``cudaDeviceSynchronize``).
 Joins are matched by object, so a string ``",".join(...)`` joins nothing; a join in a helper or
 in the caller counts; a helper's stream parameter that every caller fills with the current
-stream is no side stream.
+stream is no side stream. A join that runs only once (behind a first-call flag its branch or the
+method it calls sets, on the miss path after a keyed early return, in an except handler, or in a
+helper only such paths call) joins nothing the timed calls launch; a launch on such a one-time
+path (a warm-up before a graph capture) is not what the timed calls run.
 
 Why it matters: the benchmark records events on the current stream; kernels on another stream
 that the current stream never waits for finish outside the timed window, so the measured time

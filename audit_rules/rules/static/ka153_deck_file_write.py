@@ -4,7 +4,8 @@ What it flags: the solution writing, truncating, moving or deleting deck or harn
 ``check.py``, ``benchmark.py``, ``reference.py``, ``problem.yaml``, ``shapes.py``, ``sota.py``,
 ``baseline.py``, ``PROMPT.txt`` or anything under ``src/eval`` (``open(p, "w"|"a")``,
 ``Path(p).write_text``/``write_bytes``/``unlink``, ``os.remove``/``unlink``/``rename``/``replace``,
-``shutil.copy*``/``move`` with such a destination).
+``shutil.copy*``/``move`` with such a destination). The path is followed through the names it is
+built from (``_YAML = os.path.join(here, "problem.yaml")``; ``open(_YAML, "w")``).
 
 Why it matters: the deck is the contract; a solution that rewrites check.py or the tolerance in
 problem.yaml at import grades itself. Template integrity catches the archived result; this rule
