@@ -712,9 +712,11 @@ def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call
                     and not param_is_weight(sub, func, src) and not module.in_except(call)):
                 out.append((module, func, call, src, attr_dtype[target]))
             continue
-        # the graded argument itself, an element of it (`args[0]`) or a view of it (`x.contiguous()`)
+        # the graded argument itself, an element of the argument tuple (`args[0]`) or a whole view of
+        # it (`x.contiguous()`); a slice (`x.view(-1)[:4096].float()`, a validation sample) is not
+        # the graded input
         while True:
-            if isinstance(recv, ast.Subscript):
+            if isinstance(recv, ast.Subscript) and isinstance(recv.slice, ast.Constant) and isinstance(recv.slice.value, int):
                 recv = recv.value
             elif isinstance(recv, ast.Call) and isinstance(recv.func, ast.Attribute) and recv.func.attr in _VIEW_LIKE:
                 recv = recv.func.value
