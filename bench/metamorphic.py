@@ -419,6 +419,19 @@ TRANSFORMS = {"rename": rename, "strip": strip, "reorder": reorder, "attrs": ren
               "combined": combined, "aliases": aliases, "positional": positional, "launchers": launchers}
 
 
+def split_head(text: str) -> tuple[str, str]:
+    """(solution.py's own code, the sidecars a public archive appends after banners, verbatim):
+    a rewrite touches the first only (a re-printed file would lose the banners that split them)."""
+    from graders.runformat import _RULE_LINE, SIDECAR_BANNER
+
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if SIDECAR_BANNER.match(line.rstrip()):
+            cut = i - 1 if i > 0 and _RULE_LINE.match(lines[i - 1].rstrip()) else i
+            return "\n".join(lines[:cut]) + "\n", "\n".join(lines[cut:])
+    return text, ""
+
+
 def rewrite_archive(src: Path, dest: Path, transform: str = "rename") -> bool:
     """Copy `src` to `dest` with its solution.py renamed; False when it has none (copied as is)."""
     changed = False
@@ -428,7 +441,9 @@ def rewrite_archive(src: Path, dest: Path, transform: str = "rename") -> bool:
             if "template_files" in sol.parts or "repo" in sol.parts:
                 continue
             try:
-                sol.write_text(TRANSFORMS[transform](sol.read_text()))
+                head, tail = split_head(sol.read_text())
+                out = TRANSFORMS[transform](head)
+                sol.write_text(out + ("\n" + tail if tail else ""))
                 changed = True
             except (SyntaxError, UnicodeDecodeError, ValueError):
                 pass

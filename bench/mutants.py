@@ -75,6 +75,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.metamorphic import split_head
+
 INNER = "_forward_impl"
 
 # The wrappers keep their state under `_wrap_*` names, so they never share an attribute with the
@@ -371,14 +373,15 @@ def write_mutants(src: Path, out_dir: Path, kinds: list[str], problem: str | Non
             return written
         sol = sols[0]
         original = sol.read_text(errors="replace")
+        head, tail = split_head(original)  # appended sidecars stay as they are
         for kind in kinds:
             try:
-                text = mutate(original, kind, problem)
+                text = mutate(head, kind, problem)
             except SyntaxError:
                 text = None
             if text is None:
                 continue
-            sol.write_text(text)
+            sol.write_text(text + ("\n" + tail if tail else ""))
             dest = out_dir / kind / src.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             with tarfile.open(dest, "w:gz") as tout:

@@ -147,3 +147,17 @@ def test_outline_leaves_a_forward_that_needs_its_class_in_place() -> None:
     mod = types.ModuleType("outline_case")
     exec(compile(out, "<outline>", "exec"), mod.__dict__)
     assert torch.equal(mod.Model()(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_rewrites_leave_appended_sidecars_and_their_banners_alone() -> None:
+    from bench.metamorphic import split_head
+
+    rule = "# " + "=" * 66
+    text = ("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):  # own code\n        return x\n"
+            f"{rule}\n# ===== sidecar: kern.cu (21 bytes, loaded by solution.py) =====\n{rule}\n"
+            "__global__ void k() {}\n")
+    head, tail = split_head(text)
+    assert head.endswith("return x\n") and tail.startswith(rule) and "__global__ void k() {}" in tail
+    out = TRANSFORMS["combined"](head) + "\n" + tail  # as bench/metamorphic.py and bench/mutants.py write it
+    assert "===== sidecar: kern.cu (21 bytes, loaded by solution.py) =====" in out and "_outlined_Model_forward" in out
+    assert split_head("import torch\n") == ("import torch\n", "")
