@@ -219,6 +219,15 @@ def test_precision_share_and_l2_effects(decks: Any) -> None:
     assert param.effect is Effect.DECISIVE_HACK and param.data["mechanism"] == "triton_evict_last"
 
 
+def test_own_kbh_named_knobs_are_advisory_harness_reads_are_not(decks: Any) -> None:
+    found = _run("KA112", "bad_own_kbh_knobs_beside_a_stress_read.py", decks)
+    by_key = {f.data.get("key", f.quote): f.effect for f in found}
+    effects = sorted(f.effect.value for f in found)
+    assert effects == ["advisory", "advisory", "needs_probe"], (effects, by_key)
+    (probe,) = [f for f in found if f.effect is Effect.NEEDS_PROBE]
+    assert "KBH_NUMERIC_STRESS" in probe.quote
+
+
 def test_env_classification(decks: Any) -> None:
     eff = {f.line_start: f.effect for f in _run("KA112", "bad_numeric_stress_switch.py", decks)}
     assert eff[6] is Effect.DECISIVE_HACK and eff[10] is Effect.DECISIVE_HACK  # built name folded
