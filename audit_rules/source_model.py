@@ -129,8 +129,8 @@ class FunctionInfo:
         bound module-level function."""
         if self.cls:
             return name in ("self", "cls")
-        return self.bound is not None and bool(self.node.args.posonlyargs + self.node.args.args) and \
-            name == (self.node.args.posonlyargs + self.node.args.args)[0].arg
+        positional = self.node.args.posonlyargs + self.node.args.args
+        return self.bound is not None and bool(positional) and name == positional[0].arg
 
     @property
     def is_triton(self) -> bool:
@@ -300,8 +300,8 @@ class PyModule:
                 for node in walk_body(f.node):
                     if isinstance(node, ast.Assign):
                         for tgt in node.targets:
-                            if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and f.is_receiver(tgt.value.id) \
-                                    and (f.cls is None or tgt.value.id == "self"):
+                            if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) \
+                                    and self_attr_class(f, tgt.value.id) == cls:
                                 table.setdefault(tgt.attr, []).append((f, node.value))
             self._self_assigns[cls] = table
         return table
@@ -1050,7 +1050,7 @@ class Submission:
             base = expr.value
             # self.method / cls.method (a bound helper's first parameter too)
             if isinstance(base, ast.Name) and scope.func is not None and scope.func.self_cls \
-                    and (base.id in ("self", "cls") if scope.func.cls else scope.func.is_receiver(base.id)):
+                    and scope.func.is_receiver(base.id):
                 cls = module.classes.get(scope.func.self_cls)
                 if cls is not None:
                     meth = self._method(cls, attr)
@@ -1494,7 +1494,7 @@ def _bind_helpers(sub: Submission) -> None:
                     first = node.args[0]
                     if target is None or target.cls is not None or "." in target.name or not isinstance(first, ast.Name):
                         continue
-                    if (caller.cls and first.id == "self") or (not caller.cls and caller.is_receiver(first.id)):
+                    if self_attr_class(caller, first.id) is not None:
                         seen.setdefault(target.name, set()).add(recv_cls)
             for name, classes in seen.items():
                 f = mod.functions[name]

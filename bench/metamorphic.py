@@ -98,12 +98,17 @@ def rename(source: str) -> str:
             for k in node.keywords:
                 if k.arg in mapping:
                     edits.append((k.lineno, k.col_offset, k.arg))
-    for line, col, old in sorted(set(edits), reverse=True):
-        text = lines[line - 1]
-        b = text.encode()
+    return _apply_edits(lines, [(line, col, old, mapping[old]) for line, col, old in edits])
+
+
+def _apply_edits(lines: list[str], edits: list[tuple[int, int, str, str]]) -> str:
+    """(line, byte column, old text, new text) replaced from the end of the file backwards; an edit
+    whose old text is not at its position is left out (a position this simple editor cannot place)."""
+    for line, col, old, new in sorted(set(edits), reverse=True):
+        b = lines[line - 1].encode()
         if b[col:col + len(old.encode())].decode(errors="replace") != old:
-            continue  # a position this simple editor cannot place: left as is
-        lines[line - 1] = (b[:col] + mapping[old].encode() + b[col + len(old.encode()):]).decode()
+            continue
+        lines[line - 1] = (b[:col] + new.encode() + b[col + len(old.encode()):]).decode()
     text = "".join(lines)
     ast.parse(text)  # still Python
     return text
@@ -201,14 +206,7 @@ def rename_attrs(source: str) -> str:
             old = lines[c.lineno - 1].encode()[c.col_offset:c.end_col_offset or 0].decode(errors="replace")
             if len(old) >= 2 and old[0] == old[-1] and old[0] in "'\"" and old[1:-1] == c.value:
                 edits.append((c.lineno, c.col_offset, old, old[0] + mapping[c.value] + old[0]))
-    for line, col, old, new in sorted(set(edits), reverse=True):
-        b = lines[line - 1].encode()
-        if b[col:col + len(old.encode())].decode(errors="replace") != old:
-            continue
-        lines[line - 1] = (b[:col] + new.encode() + b[col + len(old.encode()):]).decode()
-    text = "".join(lines)
-    ast.parse(text)
-    return text
+    return _apply_edits(lines, edits)
 
 
 class _UsesClassScope(ast.NodeVisitor):

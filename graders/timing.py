@@ -229,9 +229,7 @@ def capped_extra_trials(done: int, est_ms: float, clock: nvml.ClockSummary, wind
         return 0
     if not CAP_REASONS.intersection(clock.slowdowns):
         return 0
-    if not math.isfinite(est_ms) or est_ms <= 0:
-        return 0
-    return max(0, min(max_trials, math.ceil(capped_window_ms / est_ms)) - done)
+    return window_trials(done, est_ms, capped_window_ms, max_trials) - done
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

@@ -552,14 +552,9 @@ def _bind_call_args(func: FunctionInfo, call: ast.Call) -> list[tuple[str, ast.e
     vararg = a.vararg.arg if a.vararg else None
     pairs: list[tuple[str, ast.expr]] = []
     for i, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            target = vararg if i >= len(pos) else pos[i]
-            if target is None and vararg is not None:
-                target = vararg
-            if target is not None:
-                pairs.append((target, arg.value))
-            if vararg is not None and target != vararg:
-                pairs.append((vararg, arg.value))
+        if isinstance(arg, ast.Starred):  # spreads over the rest of the positionals and *args
+            targets = ([pos[i]] if i < len(pos) else []) + ([vararg] if vararg is not None else [])
+            pairs.extend((t, arg.value) for t in targets)
             break
         if i < len(pos):
             pairs.append((pos[i], arg))

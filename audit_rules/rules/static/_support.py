@@ -457,8 +457,6 @@ def first_call_guard(module: PyModule, node: ast.AST, stop: ast.AST, sub: Submis
     calls never reach it; None when `node` runs on every call that reaches its function."""
     child: ast.AST = node
     for anc in module.ancestors(node):
-        if anc is stop and not isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef):
-            return None
         # the miss path after an early return: `if self._key == key: return hit` ... `self._key = key`
         block = next((b for f in ("body", "orelse", "finalbody") if isinstance(b := getattr(anc, f, None), list)
                       and child in b), None)
