@@ -685,7 +685,7 @@ _WIDE_TORCH = {
 _WIDE_METHODS = {"bfloat16": "bf16", "half": "fp16", "float": "fp32"}
 
 
-_VIEW_LIKE = frozenset({"contiguous", "view", "reshape", "flatten", "detach", "squeeze", "unsqueeze", "narrow", "t"})
+_VIEW_LIKE = frozenset({"contiguous", "view", "reshape", "flatten", "detach", "squeeze", "unsqueeze", "t"})
 
 
 def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call, str, str]]:
@@ -711,8 +711,8 @@ def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call
                 out.append((module, func, call, src, attr_dtype[target]))
             continue
         # the graded argument itself, an element of the argument tuple (`args[0]`) or a whole view of
-        # it (`x.contiguous()`); a slice (`x.view(-1)[:4096].float()`, a validation sample) is not
-        # the graded input
+        # it (`x.contiguous()`); a slice (`x.view(-1)[:4096].float()`, a validation sample) or a
+        # `narrow` (the same partial view, spelled as a call) is not the graded input
         while True:
             if isinstance(recv, ast.Subscript) and isinstance(recv.slice, ast.Constant) and isinstance(recv.slice.value, int):
                 recv = recv.value
