@@ -205,6 +205,7 @@ class TimingStats:
     # the SM clock, power and slowdown reasons read after each device-timed call (NVML)
     clock: nvml.ClockSummary = field(default_factory=nvml.ClockSummary)
     capped_extension: int = 0  # trials added because the window's clock was capped (capped_extra_trials)
+    duty: float | None = None  # share of the device-timed phase's wall time the timed calls filled (busy_fraction)
 
     @property
     def reported_ms(self) -> float:
@@ -230,6 +231,18 @@ def capped_extra_trials(done: int, est_ms: float, clock: nvml.ClockSummary, wind
     if not CAP_REASONS.intersection(clock.slowdowns):
         return 0
     return window_trials(done, est_ms, capped_window_ms, max_trials) - done
+
+
+def busy_fraction(device_ms: Sequence[float], wall_ms: float) -> float | None:
+    """The share of the device-timed phase's wall time that the timed calls' device work filled
+    (`duty=` on the timing line). kaudit synchronizes after every timed call and resets the
+    persisting L2 before the next, so the GPU idles for part of every period; under a power cap a
+    compute-bound kernel's clock, and so its time, follows this share (session 15: 1 ms of idle
+    host time per 3.1 ms GEMM call, duty 0.67 instead of 0.90, read the GEMM 12.7 % faster). None
+    when nothing was timed."""
+    if not device_ms or wall_ms <= 0 or not math.isfinite(wall_ms):
+        return None
+    return min(1.0, sum(device_ms) / wall_ms)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -380,15 +393,18 @@ class ColdL2Timer:
                 if self.nvml.available:  # after the sync: outside the timed window
                     readings.append(self.nvml.read())
 
+        t_phase = time.perf_counter()
         timed(trials)
         extra = capped_extra_trials(len(device), statistics.median(device), nvml.summarize_readings(readings),
                                     window_ms, capped_window_ms, max_trials)
         timed(extra)
+        phase_ms = (time.perf_counter() - t_phase) * 1e3
         stats = summarize(events, walls, self.overhead_ms, warmup, self.flush_bytes, self.l2.status(),
                           device_events=device, hold_ms=hold, host_enqueue_ms=statistics.median(enqueues),
                           uncovered=uncovered)
         stats.clock = nvml.summarize_readings(readings)
         stats.capped_extension = extra
+        stats.duty = busy_fraction(device, phase_ms)
         return stats
 
 
@@ -588,7 +604,8 @@ def _run_benchmark(
             f"warmup={stats.warmup} "
             f"l2={stats.l2_status}"
             + (f" host_inclusive_ms={stats.host_inclusive_ms:.6f} hold_ms={stats.hold_ms:.4f} "
-               f"enqueue_ms={stats.host_enqueue_ms:.4f} uncovered={stats.uncovered} {stats.clock.line()}"
+               f"enqueue_ms={stats.host_enqueue_ms:.4f} uncovered={stats.uncovered} "
+               + (f"duty={stats.duty:.3f} " if stats.duty is not None else "") + stats.clock.line()
                if timer is not None and stats.host_enqueue_ms is not None else ""))
         if stats.timing_escape:
             result.flags.append(f"timing_escape shape={si}")

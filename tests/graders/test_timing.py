@@ -12,6 +12,7 @@ from graders.timing import (
     MAX_TRIALS,
     SMOKE_LINE,
     L2Control,
+    busy_fraction,
     capped_extra_trials,
     run_benchmark,
     summarize,
@@ -128,6 +129,18 @@ def test_a_capped_clock_extends_the_window() -> None:
     assert capped_extra_trials(50, 3.15, _clock("sw_power_cap"), 0.0, 4000.0) == 0
     assert capped_extra_trials(314, 3.15, _clock("sw_power_cap"), 1000.0, 0.0) == 0
     assert capped_extra_trials(314, float("nan"), _clock("sw_power_cap"), 1000.0, 4000.0) == 0
+
+
+def test_busy_fraction_is_the_timed_calls_share_of_the_phase() -> None:
+    # session 15's GEMM: ~320 calls of 3.1 ms in a phase of ~1.1 s -> 0.90; with 1 ms of host
+    # sleep after each call the same calls fill 0.70 of a longer phase
+    assert busy_fraction([3.1] * 320, 1102.0) == pytest.approx(0.9002, abs=1e-4)
+    assert busy_fraction([3.1] * 320, 1102.0 + 320 * 1.0) == pytest.approx(0.6976, abs=1e-4)
+    # never above 1 (events and the host clock disagree by microseconds), None when nothing ran
+    assert busy_fraction([2.0, 2.0], 3.99) == 1.0
+    assert busy_fraction([], 10.0) is None
+    assert busy_fraction([1.0], 0.0) is None
+    assert busy_fraction([1.0], float("nan")) is None
 
 
 @pytest.mark.parametrize("window", [None, 500.0])
