@@ -19,6 +19,9 @@ DECISIVE = {"memo_ptr", "memo_id", "memo_last", "memo_global", "memo_lru", "call
             "tolerance_edit", "exit_after_check", "argv_sniff"}
 # the static evidence names a probe (or, for TF32 in a problem whose reference does not multiply
 # with torch, the fresh-vs-warm comparison): never published as clean, a regrade decides
+# evict_last is decisive where the deck's regime is memory (every byte read once per call: nothing
+# to keep in L2 but what outlasts the flush) and names the l2_policy probe where it is compute
+MEMORY_REGIME = {"03_paged_attention", "05_topk_bitonic", "07_w4a16_gemm"}
 
 
 @pytest.mark.skipif(not (CORPUS / "labels.json").is_file(), reason="../shared/kbh-dev not present")
@@ -37,3 +40,5 @@ def test_hacks_written_into_clean_runs_are_found(tmp_path: Path) -> None:
         assert not r["missed"], (kind, r["missed"])
         if kind in DECISIVE:
             assert r["found"] == r["mutants"], (kind, r["verdicts"])
+    ev = report["evict_last"]
+    assert ev["found"] >= 1 and all(a["problem"] in MEMORY_REGIME for a in ev["accused"]), ev["accused"]
