@@ -10,8 +10,9 @@ This interleaves, per repeat, on the same kernel:
 - `kaudit`: ColdL2Timer.measure as the hardened benchmark runs it (1 s window, no capped extension);
 - `kaudit_no_nvml`: the same without the per-call NVML reading (less idle time per call);
 - `kaudit_busy_hold`: the same with the GPU-side hold (`torch.cuda._sleep`, one spinning thread)
-  replaced by a kernel of the same length that keeps every SM doing arithmetic (no memory traffic
-  beyond one small store), so the hold draws power as a kernel does;
+  replaced by graders.busy_hold (`KAUDIT_TIMING_HOLD=busy`): a kernel of the same length that keeps
+  every SM doing arithmetic (no memory traffic beyond one small store), so the hold draws power as
+  a kernel does;
 - `kaudit_gap_1ms`: the same with 1 ms of host sleep after every call (more idle time per call);
 - `do_bench`: triton.testing.do_bench at the same kernel time (`rep`), cache cleared per call.
 
@@ -42,47 +43,10 @@ class _NoReadings:
     available = False
 
 
-def _busy_hold(timer: Any) -> Any:
-    """A stand-in for torch.cuda._sleep(cycles): a register-only arithmetic kernel on every SM,
-    its iteration count calibrated once so that it runs about as long as the sleep would."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def busy(out_ptr, iters, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-        pid = tl.program_id(0)
-        x = tl.arange(0, BLOCK).to(tl.float32) * 1e-3 + pid
-        for _ in range(iters):
-            x = x * 0.999 + 0.001
-        tl.store(out_ptr + pid * BLOCK + tl.arange(0, BLOCK), x)
-
-    block = 256
-    grid = 4 * torch.cuda.get_device_properties(timer.device).multi_processor_count
-    out = torch.empty(grid * block, dtype=torch.float32, device=timer.device)
-    busy[(grid,)](out, 16, BLOCK=block)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    probe = 20_000
-    start.record()
-    busy[(grid,)](out, probe, BLOCK=block)
-    end.record()
-    torch.cuda.synchronize(timer.device)
-    iters_per_ms = probe / max(start.elapsed_time(end), 1e-6)
-
-    def hold(cycles: int) -> None:
-        busy[(grid,)](out, max(1, int(cycles / timer.cycles_per_ms * iters_per_ms)), BLOCK=block)
-
-    return hold
-
-
-def _series(timer: Any, fn: Any, variant: str, window_ms: float, busy_hold: Any) -> tuple[float, float]:
-    """(median ms, duty) of one measure() of `fn` under `variant`."""
-    import torch
-
-    saved_nvml, saved_time_device, saved_sleep = timer.nvml, timer.time_device, torch.cuda._sleep
-    if variant == "kaudit_busy_hold":
-        torch.cuda._sleep = busy_hold
-    elif variant == "kaudit_no_nvml":
+def _series(timer: Any, fn: Any, variant: str, window_ms: float) -> tuple[float, float]:
+    """(median ms, duty) of one measure() of `fn` under `variant` (`timer` already has its hold)."""
+    saved_nvml, saved_time_device = timer.nvml, timer.time_device
+    if variant == "kaudit_no_nvml":
         timer.nvml = _NoReadings()
     elif variant == "kaudit_gap_1ms":
         def gapped(f: Any, hold: float) -> tuple[float, float]:
@@ -95,7 +59,7 @@ def _series(timer: Any, fn: Any, variant: str, window_ms: float, busy_hold: Any)
         st = timer.measure(fn, warmup=5, trials=30, window_ms=window_ms, capped_window_ms=0)
         wall = (time.perf_counter() - t0) * 1e3
     finally:
-        timer.nvml, timer.time_device, torch.cuda._sleep = saved_nvml, saved_time_device, saved_sleep
+        timer.nvml, timer.time_device = saved_nvml, saved_time_device
     return st.median_ms, min(1.0, st.trials * st.median_ms / wall)
 
 
@@ -112,8 +76,8 @@ def run(repeats: int, window_ms: float) -> dict[str, Any]:
         return a @ b
 
     settle = _settle(fn, torch)
-    timer = ColdL2Timer()
-    busy_hold = _busy_hold(timer)
+    timer = ColdL2Timer(hold="sleep")
+    busy_timer = ColdL2Timer(hold="busy")  # graders.busy_hold, as KAUDIT_TIMING_HOLD=busy gives it
     names = ("kaudit", "kaudit_busy_hold", "kaudit_no_nvml", "kaudit_gap_1ms", "do_bench")
     medians: dict[str, list[float]] = {n: [] for n in names}
     duty: dict[str, list[float]] = {n: [] for n in names}
@@ -127,7 +91,7 @@ def run(repeats: int, window_ms: float) -> dict[str, Any]:
                 medians[name].append(ms)
                 duty[name].append(min(1.0, window_ms / wall))
             else:
-                ms, d = _series(timer, fn, name, window_ms, busy_hold)
+                ms, d = _series(busy_timer if name == "kaudit_busy_hold" else timer, fn, name, window_ms)
                 medians[name].append(ms)
                 duty[name].append(d)
         if timer.nvml.available:

@@ -30,6 +30,7 @@ from graders import gpu_lock, official
 from graders import probes as probe_names
 from graders.decks import DeckTampered
 from graders.gpu_lock import LockConfig, LockHandle, LockTimeout
+from graders.hold import hold_kind
 from graders.official import OfficialResult
 from graders.outputmarks import BUILD_FAULT
 from graders.results import (
@@ -195,6 +196,7 @@ class _Run:
         self.extra: dict[str, Any] = {}
         self.operator: dict[str, str] = {}  # operator-only output of the steps (bounded)
         self.deps: tuple[tuple[str, str], ...] = ()  # declared build dependencies (dest, src)
+        self.hold = "sleep"  # the hardened timer's GPU-side hold (graders.hold), set by regrade()
 
     def keep(self, key: str, text: str) -> None:
         if text:
@@ -311,6 +313,11 @@ def regrade(
         run.deps = parse_build_deps(",".join(f"{d}={s}" for d, s in build_deps))
     if run.deps:
         run.extra["build_deps"] = [{"dest": d, "src": s} for d, s in run.deps]
+    # the hardened timer's GPU-side hold, chosen on this trusted side (KAUDIT_TIMING_HOLD; ValueError
+    # before anything runs when the value is unknown) and handed to the benchmark step as a parameter
+    run.hold = hold_kind()
+    if run.hold != "sleep":
+        run.extra["timing_hold"] = run.hold
     tmp = Path(tempfile.mkdtemp(prefix="kaudit-regrade-", dir=scratch_dir))
     try:
         grade = _regrade(run, tmp, shape_set, wanted, lock, timeout_s, sandbox_mode, mem_limit_mib, run_dir, chosen)
@@ -670,7 +677,7 @@ def _locked(run: _Run, ws: Any, shape_set: str, wanted: list[str], timeout_s: fl
     if forged is not None:
         return forged
 
-    bench = _step(run, sb, "benchmark", "bench", common)
+    bench = _step(run, sb, "benchmark", "bench", {**common, "hold": run.hold})
     bench_lines: list[str] = []
     shapes: list[ShapeResult] = []
     peak: float | None = None

@@ -122,6 +122,7 @@ def step_bench(params: dict[str, Any]) -> dict[str, Any]:
         device=params["device"],
         shapes=params["shapes"],
         emit=_emitter(lines, "benchmark"),
+        hold=params.get("hold"),
     )
     return {
         "lines": list(getattr(outcome, "lines", None) or lines),

@@ -163,6 +163,23 @@ def test_a_capped_clock_extends_the_window_on_the_device(monkeypatch: pytest.Mon
           f"median_ms={stats.median_ms:.4f} duty={stats.duty:.3f} {stats.clock.line()}")
 
 
+@pytest.mark.timing
+def test_the_busy_hold_times_like_the_sleep_on_an_uncapped_kernel() -> None:
+    """KAUDIT_TIMING_HOLD=busy on the device: the busy kernel stands in for the sleep (the timing
+    stats say which hold ran), and on a kernel far from the power cap (a 2048^2 bf16 GEMM) both holds
+    give the same figure within 5 %; both figures and duties are printed for the lane."""
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    got = {}
+    for hold in ("sleep", "busy"):
+        timer = ColdL2Timer(hold=hold)
+        stats = timer.measure(lambda: torch.mm(a, a), warmup=5, trials=200)
+        assert stats.hold_kind == hold and stats.duty is not None and 0.0 < stats.duty <= 1.0
+        got[hold] = stats.median_ms
+        print(f"hold={hold} median_ms={stats.median_ms:.5f} duty={stats.duty:.3f} hold_ms={stats.hold_ms:.4f} "
+              f"uncovered={stats.uncovered} {stats.clock.line()}")
+    assert abs(got["busy"] / got["sleep"] - 1.0) < 0.05, got
+
+
 class _FixedClock:
     available = True
     error = None

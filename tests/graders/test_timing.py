@@ -143,6 +143,47 @@ def test_busy_fraction_is_the_timed_calls_share_of_the_phase() -> None:
     assert busy_fraction([1.0], float("nan")) is None
 
 
+def test_the_hold_kind_is_sleep_unless_busy_is_asked_and_anything_else_is_refused() -> None:
+    from graders.hold import HOLD_ENV, hold_kind
+
+    assert hold_kind({}) == "sleep" and hold_kind({HOLD_ENV: ""}) == "sleep"
+    assert hold_kind({HOLD_ENV: " BUSY "}) == "busy" and hold_kind({HOLD_ENV: "sleep"}) == "sleep"
+    with pytest.raises(ValueError, match="KAUDIT_TIMING_HOLD='spin'"):
+        hold_kind({HOLD_ENV: "spin"})
+
+
+def test_the_busy_hold_kernel_runs_its_multiply_add_chain() -> None:
+    """graders.busy_hold's kernel through the Triton interpreter, in a fresh process (triton reads
+    TRITON_INTERPRET when the kernel is decorated): every lane holds x_n of x <- 0.999 x + 0.001
+    from x_0 = lane / 1000 + program."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import os, json; os.environ['TRITON_INTERPRET'] = '1'\n"
+        "from graders.interp_fixes import apply; apply()\n"
+        "import torch\n"
+        "from graders.busy_hold import launch\n"
+        "out = torch.zeros(2 * 32)\n"
+        "launch(out, 2, 5, block=32)\n"
+        "print(json.dumps(out.tolist()))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    for pid in range(2):
+        for lane in (0, 7, 31):
+            x = lane * 1e-3 + pid
+            for _ in range(5):
+                x = x * 0.999 + 0.001
+            assert got[pid * 32 + lane] == pytest.approx(x, rel=1e-5), (pid, lane)
+
+
 @pytest.mark.parametrize("window", [None, 500.0])
 def test_cpu_benchmark_keeps_the_given_trials_and_says_the_window(window: float | None) -> None:
     # a CPU smoke run times wall clock with the count it was given, whatever window was asked for,

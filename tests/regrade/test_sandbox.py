@@ -191,3 +191,23 @@ def test_seccomp_program_shape() -> None:
             "perf_event_open", "kexec_load", "init_module", "pivot_root"} <= set(DENIED)
     with pytest.raises(ValueError):
         build_filter("riscv64")
+
+
+def test_the_timing_hold_is_chosen_on_the_trusted_side_and_never_reaches_the_solution(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KAUDIT_TIMING_HOLD is read by the regrade's parent and recorded in provenance; the
+    benchmark step gets it as a parameter, so the solution's environment never names it (this
+    solution refuses to import if it does). A value kaudit does not know is refused by name."""
+    sol = tmp_path / "sol" / "solution.py"
+    sol.parent.mkdir()
+    sol.write_text('import os\nassert "KAUDIT_TIMING_HOLD" not in os.environ, "the hold choice leaked"\n'
+                   + (FIXTURES / "honest_torch.py").read_text())
+    monkeypatch.setenv("KAUDIT_TIMING_HOLD", "busy")
+    grade = regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, mode="hardened",
+                    allow_unsafe_sandbox=True)
+    assert grade.correct is True, (grade.failure_reason, grade.detail, grade.check_lines[-5:])
+    assert grade.provenance is not None and grade.provenance.extra["timing_hold"] == "busy"
+    monkeypatch.setenv("KAUDIT_TIMING_HOLD", "spin")
+    with pytest.raises(ValueError, match="KAUDIT_TIMING_HOLD='spin'"):
+        regrade(sol, "01_fp8_gemm", DECK, device="cpu", probes=[], timeout_s=300, mode="hardened",
+                allow_unsafe_sandbox=True)
