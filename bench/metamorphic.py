@@ -25,6 +25,7 @@ import argparse
 import ast
 import builtins
 import json
+import re
 import shutil
 import sys
 import tarfile
@@ -406,15 +407,79 @@ def launchers(source: str) -> str:
     return text
 
 
+_CPP_KERNEL = re.compile(
+    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?(\w+)\s*[(<]")
+_CPP_DEVICE = re.compile(
+    r"__device__\s+(?:(?:__forceinline__|__inline__|inline|static|const|constexpr)\s+)*"
+    r"[\w:]+(?:\s*<[^<>;{}]*>)?[\s*&]+(\w+)\s*\(")
+_CPP_KEEP = {"operator", "main", "if", "for", "while", "switch", "return", "sizeof", "void", "int", "float"}
+
+
+def _cpp_strings(tree: ast.Module) -> list[ast.Constant]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and ("__global__" in n.value or "__device__" in n.value)]
+
+
+def cpp_names(source: str) -> str:
+    """Every CUDA kernel (`__global__`) and device function (`__device__`) the solution's inline C++
+    sources define renamed `kfn<n>`, in every C++ string of the file at once, whole words only. A
+    name that also appears anywhere else in the file (Python code, a `functions=[...]` list, any
+    other string) keeps its name: it may be reached from outside the C++. What the extension does is
+    unchanged (these names never leave the compiled module). ValueError when there is nothing to rename."""
+    tree = ast.parse(source)
+    raw = source.encode()
+    offsets = [0]
+    for ln in source.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(ln.encode()))
+    spans: list[tuple[int, int]] = []
+    names: list[str] = []
+    for node in _cpp_strings(tree):
+        if node.end_lineno is None or node.end_col_offset is None:
+            continue
+        spans.append((offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset))
+        for m in (*_CPP_KERNEL.finditer(node.value), *_CPP_DEVICE.finditer(node.value)):
+            if m.group(1) not in names and m.group(1) not in _CPP_KEEP and not m.group(1).startswith("__"):
+                names.append(m.group(1))
+    spans.sort()
+    outside = b""
+    at = 0
+    for start, end in spans:
+        outside += raw[at:start] + b" "
+        at = max(at, end)
+    outside += raw[at:]
+    names = [n for n in names if not re.search(rb"\b%s\b" % n.encode(), outside)]
+    if not names:
+        raise ValueError("no C++ kernel or device function names to rename")
+    new = {n: f"kfn{i}" for i, n in enumerate(names)}
+    word = re.compile(rb"\b(" + b"|".join(re.escape(n.encode()) for n in names) + rb")\b")
+    out = bytearray()
+    at = 0
+    for start, end in spans:
+        if start < at:
+            continue
+        out += raw[at:start] + word.sub(lambda m: new[m.group(1).decode()].encode(), raw[start:end])
+        at = end
+    out += raw[at:]
+    text = out.decode()
+    ast.parse(text)
+    return text
+
+
 def combined(source: str) -> str:
-    """rename, attrs, positional, launchers, outline, aliases in turn: the solution's own names, its
-    attribute names, how it passes arguments and launches kernels, the shape of its entry point and
-    the names of its imports changed at once (comments dropped, docstrings kept)."""
+    """cpp_names (where the file has inline C++), rename, attrs, positional, launchers, outline,
+    aliases in turn: the solution's own names in Python and in its CUDA sources, its attribute
+    names, how it passes arguments and launches kernels, the shape of its entry point and the names
+    of its imports changed at once (comments dropped, docstrings kept)."""
+    try:
+        source = cpp_names(source)
+    except ValueError:  # no inline C++ names to rename
+        pass
     return aliases(outline(launchers(positional(rename_attrs(rename(source))))))
 
 
 TRANSFORMS = {"rename": rename, "strip": strip, "reorder": reorder, "attrs": rename_attrs, "outline": outline,
-              "combined": combined, "aliases": aliases, "positional": positional, "launchers": launchers}
+              "combined": combined, "aliases": aliases, "positional": positional, "launchers": launchers,
+              "cpp_names": cpp_names}
 
 
 def split_head(text: str) -> tuple[str, str]:
@@ -473,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
                          "each forward's body moved into a module-level function it calls (comments dropped); "
                          "aliases: every import bound under a new name; combined: all of these but strip/reorder "
                          "together; positional: keyword arguments of the module's own functions passed by "
-                         "position; launchers: kernel[grid] bound to a name before the launch")
+                         "position; launchers: kernel[grid] bound to a name before the launch; cpp_names: the "
+                         "inline C++ sources' kernel and device function names -> kfn<n>")
     ap.add_argument("--decks", nargs="*", default=None, help="deck folders (default: the corpus's ../kbh-upstream)")
     args = ap.parse_args(argv)
     if args.out.exists():

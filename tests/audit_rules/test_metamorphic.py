@@ -42,9 +42,10 @@ def _effects(rule_id: str, sources: dict[str, str], decks: Any) -> list[str]:
     return sorted({f.effect.value for f in rules_by_id()[rule_id].check(_ctx(sources, decks))})
 
 
-@pytest.mark.parametrize("transform", SEMANTIC)
+@pytest.mark.parametrize("transform", (*SEMANTIC, "cpp_names"))
 def test_every_rule_fixture_keeps_its_effects_when_rewritten(transform: str, decks: Any) -> None:
     moved = []
+    rewrote = 0
     for rule_id, entry in _static_entries():
         src = _sources(entry)
         if "solution.py" not in src:
@@ -52,11 +53,41 @@ def test_every_rule_fixture_keeps_its_effects_when_rewritten(transform: str, dec
         rewritten = dict(src)
         # the fixture's `# problem:` line names its deck problem (the archive's metadata does, in a run)
         head = "".join(ln for ln in src["solution.py"].splitlines(keepends=True) if ln.startswith("# problem:"))
-        rewritten["solution.py"] = head + TRANSFORMS[transform](src["solution.py"])
+        try:
+            rewritten["solution.py"] = head + TRANSFORMS[transform](src["solution.py"])
+        except ValueError:  # cpp_names: no inline CUDA in this fixture
+            continue
+        rewrote += 1
         before, after = _effects(rule_id, src, decks), _effects(rule_id, rewritten, decks)
         if before != after:
             moved.append(f"{rule_id}/{entry.name}: {before} -> {after}")
+    assert rewrote >= 5, rewrote  # the transform reached fixtures (cpp_names: those with inline CUDA)
     assert not moved, moved
+
+
+def test_cpp_names_renames_kernels_and_device_functions_but_nothing_reached_from_outside() -> None:
+    src = (
+        'import torch\n'
+        'from torch.utils.cpp_extension import load_inline\n'
+        'CUDA = r"""\n'
+        '__device__ __forceinline__ float warp_sum(float v) { return v; }\n'
+        '__device__ float exported_too(float v) { return v; }\n'
+        'template <int B>\n'
+        '__global__ void __launch_bounds__(256) topk_kernel(const float* x, float* y) { y[0] = warp_sum(x[0]); }\n'
+        'torch::Tensor topk_fwd(torch::Tensor x) { topk_kernel<256><<<1, 256>>>(x.data_ptr<float>(), nullptr); return x; }\n'
+        '"""\n'
+        'mod = load_inline(name="m", cpp_sources="torch::Tensor topk_fwd(torch::Tensor x);", cuda_sources=CUDA,\n'
+        '                  functions=["topk_fwd"])\n'
+        'NOTE = "exported_too"\n'
+    )
+    out = TRANSFORMS["cpp_names"](src)
+    assert "topk_kernel" not in out and "warp_sum" not in out
+    assert "__global__ void __launch_bounds__(256) kfn0(" in out and "kfn0<256><<<1, 256>>>" in out
+    assert "__device__ __forceinline__ float kfn1(float v)" in out and "y[0] = kfn1(x[0]);" in out
+    # named elsewhere in the file (another string): kept; the host entry point is not a device function
+    assert out.count("exported_too") == 2 and out.count("topk_fwd") == 3
+    with pytest.raises(ValueError):
+        TRANSFORMS["cpp_names"]("import torch\nx = 1\n")
 
 
 MODULE = '''
