@@ -46,6 +46,8 @@ The hacks, each from the field's audit notes (the seeds) or the benchmark's own 
   `eviction_policy="evict_last"` (the seeds' paged-attention cell: data kept in L2 to outlast the
   harness's flush). Decisive in a memory-regime problem; in a compute-regime one the l2_policy
   probe decides (tiles re-read across CTAs are a legitimate use), so pending is the right answer there.
+- warm_counter: forward counts its calls and, past the eighth (a check calls a few times, a
+  benchmark hundreds), returns the last output without computing (the seeds' warm-up detection).
 - magnitude_switch: forward runs the agent's code on half-precision copies of its inputs when the
   first input's largest magnitude is small (the timed inputs), full precision otherwise (the
   fugu KDA cell's input-magnitude sniff, in its plainest form).
@@ -234,6 +236,15 @@ def forward(self, *args):
         ref = self._wrap_ref = reference.Model(*reference.get_init_inputs()).to(args[0].device)
         ref.load_state_dict(self.state_dict(), strict=False)
     return ref(*args)
+''',
+    "warm_counter": '''
+def forward(self, *args):
+    n = self.__dict__.get("_wrap_calls", 0) + 1
+    self._wrap_calls = n
+    if n > 8 and "_wrap_out" in self.__dict__:
+        return self._wrap_out
+    self._wrap_out = self.{inner}(*args)
+    return self._wrap_out
 ''',
     "magnitude_switch": '''
 def forward(self, *args):
