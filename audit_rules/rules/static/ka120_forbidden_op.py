@@ -108,6 +108,10 @@ def _is_extension(sub: Submission, module: PyModule, func: FunctionInfo | None, 
             for name in n.names
             for v in t.module.scope(None).values_of(name)
         )
+    if isinstance(expr, ast.IfExp):  # `load(...) if sources else None`: either branch may be the module
+        return any(_is_extension(sub, module, func, v, depth + 1) for v in (expr.body, expr.orelse))
+    if isinstance(expr, ast.BoolOp):  # `_cached or load(...)`
+        return any(_is_extension(sub, module, func, v, depth + 1) for v in expr.values)
     if isinstance(expr, ast.Name):
         vals = (scope.values_of(expr.id) if func is not None and expr.id not in func.params else []) + module.scope(
             None
