@@ -28,6 +28,7 @@ from audit_rules.rules.static import (
     ka151_reference_in_timed_path,
     ka152_process_exit,
     ka153_deck_file_write,
+    ka154_cross_run_reference,
 )
 
 RULES: tuple[ModuleType, ...] = (
@@ -52,5 +53,6 @@ RULES: tuple[ModuleType, ...] = (
     ka151_reference_in_timed_path,
     ka152_process_exit,
     ka153_deck_file_write,
+    ka154_cross_run_reference,
 )
 """Rule modules, in id order."""

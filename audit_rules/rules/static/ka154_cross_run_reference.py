@@ -1,0 +1,175 @@
+"""KA154 cross-run-reference-in-code.
+
+What it flags: the submitted code itself naming another run's artefacts, found without any
+transcript (public archives carry none):
+
+* a string in the code (a path to read, load, import or `exec`) holding another run's id or a
+  path under `outputs/runs/<other run>/`, in Python or in the C++/CUDA sources it builds
+  (`#include "/workspace/outputs/runs/<id>/kernel.cuh"`): contamination;
+* a pattern that reaches every run at once: `outputs/runs` listed or globbed, or a wildcard
+  folder in front of a run artefact (`glob("../*/solution.py")`, `"runs/*/result.json"`):
+  contamination;
+* another run's id only in a comment or a docstring: passive exposure (the agent saw the id; the
+  code does not use it).
+
+The run's own id (result.json's `run_id`, the archive's top folder) is never flagged.
+
+Why it matters: the spec counts another run id in a tool input, path or patch as contamination,
+and writing solution.py is such a patch. A solution that loads a sibling run's kernel source or
+execs its solution.py at import imports another agent's answer; the benchmark's own lint and the
+transcript rules (KA201) cannot see that when the archive has no transcript.
+
+Bad::
+
+    _SRC = open("/workspace/outputs/runs/20260610_101744_codex_gpt-5.5_05_topk_bitonic/solution.py").read()
+    exec(_SRC)
+
+Good::
+
+    _SRC = open(os.path.join(os.path.dirname(__file__), "topk.cu")).read()   # its own sidecar
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Iterable
+
+from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _support as S
+from audit_rules.source_model import PyModule
+from audit_rules.transcript_text import RUNS_DIR_RE, RunIdentity, artifact_kind, run_identity
+
+RULE = RuleMeta(
+    id="KA154",
+    name="cross-run-reference-in-code",
+    kind=RuleKind.STATIC,
+    severity=Severity.CRITICAL,
+    effect=Effect.CONTAMINATION,
+    summary="The code names another run's artefacts (its id, outputs/runs/<id>/..., or a glob over runs)",
+    probe=None,
+)
+
+_ARTEFACT = r"(?:solution\.py|result(?:\.\w+)?\.json|check\.log|benchmark\.log|transcript[\w.-]*|scratch/[\w./-]+)"
+# a wildcard folder in front of a run artefact: every sibling run's copy at once
+_SIBLING_GLOB = re.compile(r"(?:^|/)[^/]*[*?][^/]*/(?:[^/]*/)*" + _ARTEFACT + r"$")
+
+
+def _what(ident: RunIdentity, text: str) -> tuple[str, str] | None:
+    """(kind, detail) when `text` reaches another run: ("foreign", id), ("all_runs", pattern) or
+    ("sibling_glob", pattern); None otherwise."""
+    foreign = ident.foreign(text)
+    if foreign:
+        return "foreign", foreign[0]
+    for m in RUNS_DIR_RE.finditer(text):
+        rest = (m.group(1) or "").strip("/")
+        first = rest.split("/", 1)[0]
+        if not first or any(c in first for c in "*?["):
+            return "all_runs", m.group(0)
+    stripped = text.strip()
+    if "\n" not in stripped and _SIBLING_GLOB.search(stripped):
+        return "sibling_glob", stripped
+    return None
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                out.add(id(body[0].value))
+    return out
+
+
+def _comments(module: PyModule) -> Iterable[tuple[int, str]]:
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(module.source).readline):
+            if tok.type == tokenize.COMMENT:
+                yield tok.start[0], tok.string
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return
+
+
+_QUIET_CALLS = frozenset({"print", "logging.info", "logging.debug", "logging.warning", "warnings.warn"})
+
+
+def _in_message(sub: object, module: PyModule, node: ast.AST) -> bool:
+    """The string sits in a printed or logged message (not a path the code opens or lists)."""
+    cur = module.parents.get(node)
+    while cur is not None and not isinstance(cur, ast.stmt):
+        if isinstance(cur, ast.Call):
+            return (sub.qualname(cur.func, module.scope(None)) or "") in _QUIET_CALLS  # type: ignore[attr-defined]
+        cur = module.parents.get(cur)
+    return False
+
+
+def _explain(kind: str, detail: str, where: str) -> str:
+    if kind == "foreign":
+        return (f"{where} names another run, {detail}: the code reaches that run's artefacts (the spec's "
+                "contamination: another run id in a path or patch).")
+    if kind == "all_runs":
+        return f"{where} reaches every run's folder at once ({detail!r}): other runs' artefacts, not its own."
+    return f"{where} globs a run artefact through a wildcard folder ({detail!r}): every sibling run's copy of it."
+
+
+def check(ctx: AuditContext) -> Iterable[Finding]:
+    sub = S.submission(ctx)
+    if sub is None:
+        return []
+    ident = run_identity(ctx.run, ctx.archive, ctx.other_run_ids)
+    native_texts = [src.text for src in sub.native]
+    out: list[Finding] = []
+    for module in sub.modules.values():
+        docs = _docstrings(module.tree)
+        for node in ast.walk(module.tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if len(node.value) > 200 and any(node.value.strip() in t for t in native_texts):
+                continue  # an inline C++ source: read line by line below, where its lines are
+            hit = _what(ident, node.value)
+            if hit is None:
+                continue
+            kind, detail = hit
+            if id(node) in docs:
+                if kind == "foreign":
+                    out.append(S.py_finding(
+                        RULE, module, node, f"A docstring names another run, {detail}: seen, not used by the code.",
+                        effect=Effect.PASSIVE_EXPOSURE, severity=Severity.MEDIUM,
+                        data={"topic": "contamination", "run_id": detail, "artifact_kind": "mention"}))
+                continue
+            if kind != "foreign" and _in_message(sub, module, node):
+                continue  # "results go under outputs/runs" in a printed message opens nothing
+            rest = node.value.split(detail, 1)[-1]
+            reached = (artifact_kind(rest) if rest.strip("/") else "run_folder") if kind == "foreign" else (
+                "listing" if kind == "all_runs" else "solution")
+            out.append(S.py_finding(
+                RULE, module, node, _explain(kind, detail, "A string in the code"),
+                data={"topic": "contamination", "match": kind, "run_id": detail if kind == "foreign" else None,
+                      "artifact_kind": reached}))
+        for line, text in _comments(module):
+            foreign = ident.foreign(text)
+            if foreign:
+                out.append(S.py_finding(
+                    RULE, module, module.tree, f"A comment names another run, {foreign[0]}: seen, not used by the code.",
+                    effect=Effect.PASSIVE_EXPOSURE, severity=Severity.MEDIUM, line=line,
+                    data={"topic": "contamination", "run_id": foreign[0], "artifact_kind": "mention"}))
+    for src in sub.native:
+        for i, raw in enumerate(src.text.split("\n"), start=1):
+            code, _, comment = raw.partition("//")
+            hit = _what(ident, code)
+            if hit is not None:
+                kind, detail = hit
+                out.append(S.native_finding(
+                    RULE, src, i, _explain(kind, detail, f"The {src.kind} source"),
+                    data={"topic": "contamination", "match": kind, "run_id": detail if kind == "foreign" else None,
+                          "artifact_kind": "solution"}))
+            elif ident.foreign(comment):
+                out.append(S.native_finding(
+                    RULE, src, i, f"A {src.kind} comment names another run, {ident.foreign(comment)[0]}: seen, "
+                    "not used by the code.", effect=Effect.PASSIVE_EXPOSURE, severity=Severity.MEDIUM,
+                    data={"topic": "contamination", "run_id": ident.foreign(comment)[0], "artifact_kind": "mention"}))
+    return S.dedupe(out)
