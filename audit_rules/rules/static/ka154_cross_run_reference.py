@@ -57,10 +57,19 @@ _ARTEFACT = r"(?:solution\.py|result(?:\.\w+)?\.json|check\.log|benchmark\.log|t
 _SIBLING_GLOB = re.compile(r"(?:^|/)[^/]*[*?][^/]*/(?:[^/]*/)*" + _ARTEFACT + r"$")
 
 
+# a run id ends in its problem (`..._05_topk_bitonic`): a dated folder name of the solution's own
+# (`20260101_120000_build_cache`) has the shape of an id but names no run
+_PROBLEM_TAIL = re.compile(r"_\d\d_[a-z]")
+
+
+def _foreign(ident: RunIdentity, text: str) -> list[str]:
+    return [t for t in ident.foreign(text) if t in ident.known_others or _PROBLEM_TAIL.search(t)]
+
+
 def _what(ident: RunIdentity, text: str) -> tuple[str, str] | None:
     """(kind, detail) when `text` reaches another run: ("foreign", id), ("all_runs", pattern) or
     ("sibling_glob", pattern); None otherwise."""
-    foreign = ident.foreign(text)
+    foreign = _foreign(ident, text)
     if foreign:
         return "foreign", foreign[0]
     for m in RUNS_DIR_RE.finditer(text):
@@ -151,7 +160,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 data={"topic": "contamination", "match": kind, "run_id": detail if kind == "foreign" else None,
                       "artifact_kind": reached}))
         for line, text in _comments(module):
-            foreign = ident.foreign(text)
+            foreign = _foreign(ident, text)
             if foreign:
                 out.append(S.py_finding(
                     RULE, module, module.tree, f"A comment names another run, {foreign[0]}: seen, not used by the code.",
@@ -167,9 +176,9 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     RULE, src, i, _explain(kind, detail, f"The {src.kind} source"),
                     data={"topic": "contamination", "match": kind, "run_id": detail if kind == "foreign" else None,
                           "artifact_kind": "solution"}))
-            elif ident.foreign(comment):
+            elif seen := _foreign(ident, comment):
                 out.append(S.native_finding(
-                    RULE, src, i, f"A {src.kind} comment names another run, {ident.foreign(comment)[0]}: seen, "
-                    "not used by the code.", effect=Effect.PASSIVE_EXPOSURE, severity=Severity.MEDIUM,
-                    data={"topic": "contamination", "run_id": ident.foreign(comment)[0], "artifact_kind": "mention"}))
+                    RULE, src, i, f"A {src.kind} comment names another run, {seen[0]}: seen, not used by the code.",
+                    effect=Effect.PASSIVE_EXPOSURE, severity=Severity.MEDIUM,
+                    data={"topic": "contamination", "run_id": seen[0], "artifact_kind": "mention"}))
     return S.dedupe(out)
