@@ -902,3 +902,28 @@ def reference_similarity(module: PyModule, reference_source: str | None) -> floa
     if not a or not b:
         return None
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def path_strings(sub: Submission, module: PyModule, func: FunctionInfo | None, expr: ast.expr,
+                 depth: int = 0) -> list[str]:
+    """Strings a path expression may be or contain: its folded value, its literal parts, and the
+    same through the names it is built from (`p = os.path.join(os.path.dirname(__file__),
+    "problem.yaml")`; `open(p, "w")`), a few assignments deep."""
+    scope = module.scope(func)
+    out: list[str] = []
+    folded = sub.fold_str(expr, scope)
+    if folded:
+        out.append(folded)
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            out.append(n.value)
+        elif isinstance(n, ast.Name):
+            v = sub.fold_str(n, scope)
+            if v:
+                out.append(v)
+            elif depth < 3:
+                values = scope.values_of(n.id) if func is not None else []
+                for val in values or module.scope(None).values_of(n.id):
+                    if val is not expr:
+                        out.extend(path_strings(sub, module, func if values else None, val, depth + 1))
+    return out

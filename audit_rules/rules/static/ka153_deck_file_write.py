@@ -44,32 +44,6 @@ _PATH_WRITERS = {"write_text", "write_bytes", "unlink", "rename", "replace", "to
 _OS_WRITERS = {"os.remove", "os.unlink", "os.rename", "os.replace", "os.truncate", "shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "shutil.rmtree"}
 
 
-def _strings(sub: object, module: object, func: object, expr: ast.expr, depth: int = 0) -> list[str]:
-    """Strings the path may be or contain: its folded value, its literal parts, and the same through
-    the names it is built from (`p = os.path.join(os.path.dirname(__file__), "problem.yaml")`;
-    `open(p, "w")`), a few assignments deep."""
-    s = sub  # Submission
-    scope = module.scope(func)  # type: ignore[attr-defined]
-    out: list[str] = []
-    folded = s.fold_str(expr, scope)  # type: ignore[attr-defined]
-    if folded:
-        out.append(folded)
-    for n in ast.walk(expr):
-        if isinstance(n, ast.Constant) and isinstance(n.value, str):
-            out.append(n.value)
-        elif isinstance(n, ast.Name):
-            v = s.fold_str(n, scope)  # type: ignore[attr-defined]
-            if v:
-                out.append(v)
-            elif depth < 3:
-                values = scope.values_of(n.id) if func is not None else []
-                top = module.scope(None)  # type: ignore[attr-defined]
-                for val in values or top.values_of(n.id):
-                    if val is not expr:
-                        out.extend(_strings(sub, module, func if values else None, val, depth + 1))
-    return out
-
-
 def check(ctx: AuditContext) -> Iterable[Finding]:
     sub = S.submission(ctx)
     if sub is None:
@@ -94,7 +68,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         elif isinstance(call.func, ast.Attribute) and call.func.attr in _PATH_WRITERS:
             targets.append(call.func.value)
         for t in targets:
-            for s in _strings(sub, module, func, t):
+            for s in S.path_strings(sub, module, func, t):
                 if _DECK.search(s.strip()):
                     out.append(
                         S.py_finding(

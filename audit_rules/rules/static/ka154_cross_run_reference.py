@@ -6,9 +6,11 @@ transcript (public archives carry none):
 * a string in the code (a path to read, load, import or `exec`) holding another run's id or a
   path under `outputs/runs/<other run>/`, in Python or in the C++/CUDA sources it builds
   (`#include "/workspace/outputs/runs/<id>/kernel.cuh"`): contamination;
-* a pattern that reaches every run at once: `outputs/runs` listed or globbed, or a wildcard
-  folder in front of a run artefact (`glob("../*/solution.py")`, `"runs/*/result.json"`):
-  contamination;
+* a pattern that reaches every run at once: the runs folder listed (`os.listdir(RUNS)`,
+  `Path(RUNS).iterdir()`, `glob(os.path.join(RUNS, "*"))`, the path followed through the names it
+  is built from), `outputs/runs/*`, or a wildcard folder in front of a run artefact
+  (`glob("../*/solution.py")`, `"runs/*/result.json"`): contamination (the code lists them to
+  use them). The runs folder as a base the code joins its OWN run id onto is not flagged;
 * another run's id only in a comment or a docstring: passive exposure (the agent saw the id; the
   code does not use it).
 
@@ -39,7 +41,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import PyModule
+from audit_rules.source_model import PyModule, Submission
 from audit_rules.transcript_text import RUNS_DIR_RE, RunIdentity, artifact_kind, run_identity
 
 RULE = RuleMeta(
@@ -67,16 +69,19 @@ def _foreign(ident: RunIdentity, text: str) -> list[str]:
 
 
 def _what(ident: RunIdentity, text: str) -> tuple[str, str] | None:
-    """(kind, detail) when `text` reaches another run: ("foreign", id), ("all_runs", pattern) or
-    ("sibling_glob", pattern); None otherwise."""
+    """(kind, detail) when `text` reaches another run: ("foreign", id), ("all_runs", pattern),
+    ("sibling_glob", pattern), or ("runs_folder", path) for the runs folder itself (every run only
+    when listed); None otherwise."""
     foreign = _foreign(ident, text)
     if foreign:
         return "foreign", foreign[0]
     for m in RUNS_DIR_RE.finditer(text):
         rest = (m.group(1) or "").strip("/")
         first = rest.split("/", 1)[0]
-        if not first or any(c in first for c in "*?["):
+        if any(c in first for c in "*?["):
             return "all_runs", m.group(0)
+        if not first:  # the runs folder itself: every run only when it is listed (see _lists)
+            return "runs_folder", m.group(0)
     stripped = text.strip()
     if "\n" not in stripped and _SIBLING_GLOB.search(stripped):
         return "sibling_glob", stripped
@@ -101,6 +106,35 @@ def _comments(module: PyModule) -> Iterable[tuple[int, str]]:
                 yield tok.start[0], tok.string
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return
+
+
+_LISTERS = frozenset({"listdir", "scandir", "walk", "glob", "iglob", "rglob", "iterdir"})
+
+
+def _listings(sub: Submission) -> Iterable[tuple[PyModule, ast.Call, str]]:
+    """(module, call, path) for every listing of the runs folder itself: `os.listdir(RUNS)`,
+    `Path(RUNS).iterdir()`, `glob.glob(os.path.join(RUNS, "*"))`, the path followed through the
+    names it is built from. A runs folder the code only joins its own run id onto lists nothing."""
+    for module, func, call, q in sub.iter_calls():
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else (q or "").rsplit(".", 1)[-1]
+        if name not in _LISTERS:
+            continue
+        exprs: list[ast.expr] = [*call.args[:1], *[k.value for k in call.keywords if k.arg in ("path", "top", "pathname")]]
+        if isinstance(call.func, ast.Attribute) and not (q or "").startswith(("os.", "glob.")):
+            exprs.append(call.func.value)  # Path(RUNS).iterdir() / .glob("*")
+        for e in exprs:
+            for text in S.path_strings(sub, module, func, e):
+                for m in RUNS_DIR_RE.finditer(text):
+                    first = (m.group(1) or "").strip("/").split("/", 1)[0]
+                    if not first or any(c in first for c in "*?["):
+                        yield module, call, m.group(0)
+                        break
+                else:
+                    continue
+                break
+            else:
+                continue
+            break
 
 
 _QUIET_CALLS = frozenset({"print", "logging.info", "logging.debug", "logging.warning", "warnings.warn"})
@@ -152,6 +186,8 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 continue
             if kind != "foreign" and _in_message(sub, module, node):
                 continue  # "results go under outputs/runs" in a printed message opens nothing
+            if kind == "runs_folder":
+                continue  # the runs folder itself: a finding only where it is listed (_listings)
             rest = node.value.split(detail, 1)[-1]
             reached = (artifact_kind(rest) if rest.strip("/") else "run_folder") if kind == "foreign" else (
                 "listing" if kind == "all_runs" else "solution")
@@ -166,11 +202,15 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     RULE, module, module.tree, f"A comment names another run, {foreign[0]}: seen, not used by the code.",
                     effect=Effect.PASSIVE_EXPOSURE, severity=Severity.MEDIUM, line=line,
                     data={"topic": "contamination", "run_id": foreign[0], "artifact_kind": "mention"}))
+    for module, call, path in _listings(sub):
+        out.append(S.py_finding(
+            RULE, module, call, _explain("all_runs", path, "A listing in the code"),
+            data={"topic": "contamination", "match": "all_runs", "run_id": None, "artifact_kind": "listing"}))
     for src in sub.native:
         for i, raw in enumerate(src.text.split("\n"), start=1):
             code, _, comment = raw.partition("//")
             hit = _what(ident, code)
-            if hit is not None:
+            if hit is not None and hit[0] != "runs_folder":
                 kind, detail = hit
                 out.append(S.native_finding(
                     RULE, src, i, _explain(kind, detail, f"The {src.kind} source"),
