@@ -20,7 +20,7 @@ def _sandbox(tmp_path: Path, solution: Path, mode: str, timeout_s: float = 120) 
 
 @pytest.mark.parametrize("mode", sandbox_modes())
 def test_timeout_kills_the_whole_process_group(tmp_path: Path, mode: str) -> None:
-    sb = _sandbox(tmp_path, FIXTURES / "hang_with_child.py", mode, timeout_s=25)
+    sb = _sandbox(tmp_path, FIXTURES / "hang_with_child.py", mode, timeout_s=12)
     params = {"solution": str(sb.ws.solution), "problem_dir": str(FP8), "device": "cpu", "shapes": "small"}
     res = sb.run("check", params)
     assert res.timed_out and res.error == "timeout" and not res.ok
