@@ -867,13 +867,22 @@ def _canonical_names(tree: ast.AST) -> None:
     rename(tree, {})
 
 
-def strip_docstrings(tree: ast.AST) -> None:
-    """Remove, in place, the docstring of the module and of every class and function."""
+def docstrings(tree: ast.AST) -> list[tuple[ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef,
+                                               ast.Constant]]:
+    """(owner, the docstring's constant) for the module and every class and function that has one."""
+    out: list[tuple[ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef, ast.Constant]] = []
     for n in ast.walk(tree):
         if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body:
             first = n.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                n.body = n.body[1:] or [ast.Pass()]
+                out.append((n, first.value))
+    return out
+
+
+def strip_docstrings(tree: ast.AST) -> None:
+    """Remove, in place, the docstring of the module and of every class and function."""
+    for owner, _ in docstrings(tree):
+        owner.body = owner.body[1:] or [ast.Pass()]
 
 
 def _normalized_lines(tree: ast.AST) -> list[str]:

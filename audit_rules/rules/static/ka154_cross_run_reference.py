@@ -68,35 +68,30 @@ def _foreign(ident: RunIdentity, text: str) -> list[str]:
     return [t for t in ident.foreign(text) if t in ident.known_others or _PROBLEM_TAIL.search(t)]
 
 
+def _runs_folder(text: str) -> tuple[str, str] | None:
+    """("all_runs", pattern) for `outputs/runs/*...`, ("runs_folder", path) for the runs folder
+    itself (every run only where it is listed: _listings), None when `text` names neither."""
+    for m in RUNS_DIR_RE.finditer(text):
+        first = (m.group(1) or "").strip("/").split("/", 1)[0]
+        if any(c in first for c in "*?["):
+            return "all_runs", m.group(0)
+        if not first:
+            return "runs_folder", m.group(0)
+    return None
+
+
 def _what(ident: RunIdentity, text: str) -> tuple[str, str] | None:
     """(kind, detail) when `text` reaches another run: ("foreign", id), ("all_runs", pattern),
-    ("sibling_glob", pattern), or ("runs_folder", path) for the runs folder itself (every run only
-    when listed); None otherwise."""
+    ("sibling_glob", pattern), or ("runs_folder", path) for the runs folder itself; None otherwise."""
     foreign = _foreign(ident, text)
     if foreign:
         return "foreign", foreign[0]
-    for m in RUNS_DIR_RE.finditer(text):
-        rest = (m.group(1) or "").strip("/")
-        first = rest.split("/", 1)[0]
-        if any(c in first for c in "*?["):
-            return "all_runs", m.group(0)
-        if not first:  # the runs folder itself: every run only when it is listed (see _lists)
-            return "runs_folder", m.group(0)
+    if (runs := _runs_folder(text)) is not None:
+        return runs
     stripped = text.strip()
     if "\n" not in stripped and _SIBLING_GLOB.search(stripped):
         return "sibling_glob", stripped
     return None
-
-
-def _docstrings(tree: ast.Module) -> set[int]:
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                out.add(id(body[0].value))
-    return out
 
 
 def _comments(module: PyModule) -> Iterable[tuple[int, str]]:
@@ -122,30 +117,21 @@ def _listings(sub: Submission) -> Iterable[tuple[PyModule, ast.Call, str]]:
         exprs: list[ast.expr] = [*call.args[:1], *[k.value for k in call.keywords if k.arg in ("path", "top", "pathname")]]
         if isinstance(call.func, ast.Attribute) and not (q or "").startswith(("os.", "glob.")):
             exprs.append(call.func.value)  # Path(RUNS).iterdir() / .glob("*")
-        for e in exprs:
-            for text in S.path_strings(sub, module, func, e):
-                for m in RUNS_DIR_RE.finditer(text):
-                    first = (m.group(1) or "").strip("/").split("/", 1)[0]
-                    if not first or any(c in first for c in "*?["):
-                        yield module, call, m.group(0)
-                        break
-                else:
-                    continue
-                break
-            else:
-                continue
-            break
+        hits = (runs for e in exprs for text in S.path_strings(sub, module, func, e)
+                if (runs := _runs_folder(text)) is not None)
+        if (first := next(hits, None)) is not None:
+            yield module, call, first[1]
 
 
 _QUIET_CALLS = frozenset({"print", "logging.info", "logging.debug", "logging.warning", "warnings.warn"})
 
 
-def _in_message(sub: object, module: PyModule, node: ast.AST) -> bool:
+def _in_message(sub: Submission, module: PyModule, node: ast.AST) -> bool:
     """The string sits in a printed or logged message (not a path the code opens or lists)."""
     cur = module.parents.get(node)
     while cur is not None and not isinstance(cur, ast.stmt):
         if isinstance(cur, ast.Call):
-            return (sub.qualname(cur.func, module.scope(None)) or "") in _QUIET_CALLS  # type: ignore[attr-defined]
+            return (sub.qualname(cur.func, module.scope(None)) or "") in _QUIET_CALLS
         cur = module.parents.get(cur)
     return False
 
@@ -167,7 +153,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     native_texts = [src.text for src in sub.native]
     out: list[Finding] = []
     for module in sub.modules.values():
-        docs = _docstrings(module.tree)
+        docs = {id(doc) for _, doc in S.docstrings(module.tree)}
         for node in ast.walk(module.tree):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
                 continue
