@@ -30,6 +30,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -415,6 +416,22 @@ _CPP_DEVICE = re.compile(
 _CPP_KEEP = {"operator", "main", "if", "for", "while", "switch", "return", "sizeof", "void", "int", "float"}
 
 
+def byte_span(source: str) -> Callable[[ast.AST], tuple[int, int] | None]:
+    """`span(node)`: the node's (start, end) byte offsets in `source`'s UTF-8 encoding (ast gives a
+    line and a UTF-8 byte column), None for a node without an end position."""
+    offsets = [0]
+    for ln in source.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(ln.encode()))
+
+    def span(node: ast.AST) -> tuple[int, int] | None:
+        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_line is None or end_col is None:
+            return None
+        return offsets[node.lineno - 1] + node.col_offset, offsets[end_line - 1] + end_col  # type: ignore[attr-defined]
+
+    return span
+
+
 def _cpp_strings(tree: ast.Module) -> list[ast.Constant]:
     return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             and ("__global__" in n.value or "__device__" in n.value)]
@@ -428,15 +445,13 @@ def cpp_names(source: str) -> str:
     unchanged (these names never leave the compiled module). ValueError when there is nothing to rename."""
     tree = ast.parse(source)
     raw = source.encode()
-    offsets = [0]
-    for ln in source.splitlines(keepends=True):
-        offsets.append(offsets[-1] + len(ln.encode()))
+    span = byte_span(source)
     spans: list[tuple[int, int]] = []
     names: list[str] = []
     for node in _cpp_strings(tree):
-        if node.end_lineno is None or node.end_col_offset is None:
+        if (where := span(node)) is None:
             continue
-        spans.append((offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset))
+        spans.append(where)
         for m in (*_CPP_KERNEL.finditer(node.value), *_CPP_DEVICE.finditer(node.value)):
             if m.group(1) not in names and m.group(1) not in _CPP_KEEP and not m.group(1).startswith("__"):
                 names.append(m.group(1))

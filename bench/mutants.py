@@ -90,7 +90,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.metamorphic import split_head
+from bench.metamorphic import byte_span, split_head
 
 INNER = "_forward_impl"
 
@@ -306,25 +306,20 @@ MUTANTS = (*_WRAPPERS, *_MODULE_LINES, "fp8_dot_upcast", *_LOAD_KINDS, *_RUN_PAT
 BENIGN = tuple(k for k in MUTANTS if k.startswith("benign_"))
 
 
+def _kernel_calls(tree: ast.Module, attr: str) -> list[ast.Call]:
+    """Every `<x>.<attr>(...)` call inside the module's Triton kernels (`@triton.jit` functions)."""
+    return [call for fn in ast.walk(tree)
+            if isinstance(fn, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in fn.decorator_list)
+            for call in ast.walk(fn)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == attr]
+
+
 def _upcast_dots(source: str) -> str | None:
     """Every `tl.dot(a, b, ...)` in a Triton kernel made `tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), ...)`:
     the fp8 operands computed at bf16 inside the agent's own kernel. None without such a dot."""
-    tree = ast.parse(source)
-    lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for ln in lines:
-        offsets.append(offsets[-1] + len(ln.encode()))
-    edits: list[tuple[int, int]] = []  # (start byte, end byte) of each operand
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.FunctionDef) or not any("jit" in ast.unparse(d) for d in fn.decorator_list):
-            continue
-        for call in ast.walk(fn):
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "dot" \
-                    and len(call.args) >= 2:
-                for a in call.args[:2]:
-                    if a.end_lineno is None or a.end_col_offset is None:
-                        continue
-                    edits.append((offsets[a.lineno - 1] + a.col_offset, offsets[a.end_lineno - 1] + a.end_col_offset))
+    span = byte_span(source)
+    edits = [where for call in _kernel_calls(ast.parse(source), "dot") if len(call.args) >= 2
+             for a in call.args[:2] if (where := span(a)) is not None]  # (start byte, end byte) of each operand
     if not edits:
         return None
     b = source.encode()
@@ -333,27 +328,17 @@ def _upcast_dots(source: str) -> str | None:
     return b.decode()
 
 
-
 def _load_policy(source: str, policy: str) -> str | None:
     """Every `tl.load(...)` in a Triton kernel that names no eviction policy given
     `eviction_policy="<policy>"`. None without such a load."""
-    tree = ast.parse(source)
-    lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for ln in lines:
-        offsets.append(offsets[-1] + len(ln.encode()))
+    span = byte_span(source)
     b = source.encode()
     ends: list[int] = []  # byte offset of each load's closing parenthesis
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.FunctionDef) or not any("jit" in ast.unparse(d) for d in fn.decorator_list):
-            continue
-        for call in ast.walk(fn):
-            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "load"
-                    and call.args and not any(k.arg == "eviction_policy" for k in call.keywords)
-                    and call.end_lineno is not None and call.end_col_offset is not None):
-                end = offsets[call.end_lineno - 1] + call.end_col_offset - 1
-                if b[end:end + 1] == b")":
-                    ends.append(end)
+    for call in _kernel_calls(ast.parse(source), "load"):
+        if call.args and not any(k.arg == "eviction_policy" for k in call.keywords) and (where := span(call)):
+            end = where[1] - 1
+            if b[end:end + 1] == b")":
+                ends.append(end)
     if not ends:
         return None
     for end in sorted(set(ends), reverse=True):
