@@ -8,9 +8,10 @@ timed call runs at (session 15, H100, the validation GEMM: kaudit 2.9 % under do
 under with 1 ms more idle per call; docs/graders.md "Capped clock").
 
 `KAUDIT_TIMING_HOLD=busy` (read by the trusted side, `graders.hold.hold_kind`, and handed to the
-benchmark step as a parameter: the solution's environment never carries it) replaces the sleep with `BusyHold`: a register-only kernel on every SM
-(a dependent multiply-add chain per lane, one small store at the end so it is not removed), its
-iteration count calibrated once so it runs as long as the sleep would. It touches no memory the
+benchmark step as a parameter: the solution's environment never carries it) replaces the sleep
+with `BusyHold`: a register-only kernel on every SM (a dependent multiply-add chain per lane, one
+small store at the end so it is not removed), its iteration count calibrated once so it runs as
+long as the sleep would. It touches no memory the
 timed call reads: the L2 flush still follows it. Not the default until the lane has measured it
 against do_bench on a power-capped kernel (bench/timing_gap.py, `kaudit_busy_hold`).
 """

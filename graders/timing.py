@@ -207,7 +207,7 @@ class TimingStats:
     clock: nvml.ClockSummary = field(default_factory=nvml.ClockSummary)
     capped_extension: int = 0  # trials added because the window's clock was capped (capped_extra_trials)
     duty: float | None = None  # share of the device-timed phase's wall time the timed calls filled (busy_fraction)
-    hold_kind: str = "sleep"  # the GPU-side hold ahead of each device-timed call (graders.busy_hold)
+    hold_kind: str = "sleep"  # the GPU-side hold ahead of each device-timed call (graders.hold)
 
     @property
     def reported_ms(self) -> float:
