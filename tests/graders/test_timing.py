@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from graders.logformat import parse_benchmark_log
@@ -11,6 +13,8 @@ from graders.timing import (
     CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE,
     MAX_TRIALS,
     SMOKE_LINE,
+    SMOKE_TRIALS,
+    SMOKE_WARMUP,
     L2Control,
     busy_fraction,
     capped_extra_trials,
@@ -64,6 +68,22 @@ def test_cpu_benchmark_log_in_grammar() -> None:
     assert [e.event for e in log.events] == ["variant_start", "variant_end"] * 2
     assert log.peak_fraction is None and log.result is None  # a smoke run has no SKU to score against
     assert not log.errors
+
+
+def test_a_smoke_run_times_a_few_calls_and_says_how_many_the_deck_asks() -> None:
+    # the bundled 01 deck asks 10 warm-ups and 30 trials; the CPU interpreter's run times fewer and
+    # its timing line keeps the deck's count beside the count run
+    root = Path(__file__).resolve().parents[2]
+    deck = root / "kernels" / "hard" / "01_fp8_gemm"
+    solution = root / "tests" / "regrade" / "fixtures" / "honest_torch.py"
+    lines: list[str] = []
+    out = run_benchmark(solution, deck, device="cpu", shapes="small", emit=lines.append)
+    timing = [ln for ln in lines if ln.startswith("timing ")]
+    assert out.ok and out.smoke and len(timing) == 3, lines
+    assert all(f" trials={SMOKE_TRIALS} deck_trials=30 " in ln and f" warmup={SMOKE_WARMUP} " in ln for ln in timing)
+    named: list[str] = []
+    run_benchmark(solution, deck, device="cpu", shapes="small", emit=named.append, warmup=0, trials=7)
+    assert all(" trials=7 deck_trials=7 " in ln and " warmup=0 " in ln for ln in named if ln.startswith("timing "))
 
 
 def test_benchmark_error_is_a_variant_error_event() -> None:
