@@ -12,8 +12,9 @@ benchmark step as a parameter: the solution's environment never carries it) repl
 with `BusyHold`: a register-only kernel on every SM (a dependent multiply-add chain per lane, one
 small store at the end so it is not removed), its iteration count calibrated once so it runs as
 long as the sleep would. It touches no memory the
-timed call reads: the L2 flush still follows it. Not the default until the lane has measured it
-against do_bench on a power-capped kernel (bench/timing_gap.py, `kaudit_busy_hold`).
+timed call reads: the L2 flush still follows it. Not the default: measured on an H100 against
+do_bench on a power-capped GEMM (session 16, bench/timing_gap.py, `kaudit_busy_hold`), it left the
+timer's duty, median and spread as the sleep did, drawing 127 W where the GEMM drew 693 W.
 """
 
 from __future__ import annotations
