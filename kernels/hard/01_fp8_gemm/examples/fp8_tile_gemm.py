@@ -13,8 +13,8 @@ import triton.language as tl
 
 
 @triton.jit
-def _gemm_kernel(x_ptr, w_ptr, s_ptr, o_ptr, M, N, K, ROWS, SCALED: tl.constexpr, BM: tl.constexpr,
-                 BN: tl.constexpr, BK: tl.constexpr):
+def _gemm_kernel(x_ptr, w_ptr, s_ptr, o_ptr, M, N, K, SCALED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                 BK: tl.constexpr):
     pm = tl.program_id(0)
     pn = tl.program_id(1)
     rm = pm * BM + tl.arange(0, BM)
@@ -23,13 +23,13 @@ def _gemm_kernel(x_ptr, w_ptr, s_ptr, o_ptr, M, N, K, ROWS, SCALED: tl.constexpr
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         a = tl.load(x_ptr + rm[:, None] * K + (k0 + rk)[None, :],
-                    mask=(rm[:, None] < ROWS) & ((k0 + rk)[None, :] < K), other=0.0)
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
         b = tl.load(w_ptr + rn[None, :] * K + (k0 + rk)[:, None],
                     mask=(rn[None, :] < N) & ((k0 + rk)[:, None] < K), other=0.0)
         acc += tl.dot(a.to(tl.float32), b.to(tl.float32))
     if SCALED:
         acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
-    tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=(rm[:, None] < ROWS) & (rn[None, :] < N))
+    tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def tile_gemm(x, w, s, scaled=True, out=None, rows=None):
@@ -37,7 +37,7 @@ def tile_gemm(x, w, s, scaled=True, out=None, rows=None):
     M, K = x.shape
     N = w.shape[0]
     out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device) if out is None else out
-    rows = M if rows is None else min(rows, M)
+    rows = M if rows is None else min(rows, M)  # the kernel's M: rows past it are neither read nor written
     grid = (triton.cdiv(rows, 64), triton.cdiv(N, 64))
-    _gemm_kernel[grid](x.contiguous(), w.contiguous(), s, out, M, N, K, rows, SCALED=scaled, BM=64, BN=64, BK=64)
+    _gemm_kernel[grid](x.contiguous(), w.contiguous(), s, out, rows, N, K, SCALED=scaled, BM=64, BN=64, BK=64)
     return out
