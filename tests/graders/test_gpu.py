@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,10 +168,32 @@ def test_a_capped_clock_extends_the_window_on_the_device(monkeypatch: pytest.Mon
 def test_the_busy_hold_times_like_the_sleep_on_an_uncapped_kernel() -> None:
     """KAUDIT_TIMING_HOLD=busy on the device: the busy kernel stands in for the sleep (the timing
     stats say which hold ran), and on a kernel far from the power cap (a 2048^2 bf16 GEMM) both holds
-    give the same figure within 5 %; both figures and duties are printed for the lane."""
+    give the same figure within 5 %; both figures and duties are printed for the lane.
+
+    Each hold is measured from a device that has left any power cap: NVML's power figure is an
+    average over about a second, so right after a capped test (the big GEMM above) the governor
+    still holds the clock down (session 17's lane: 1500 MHz, sw_power_cap, on a 30 us kernel) and
+    the two holds would be compared at different clocks."""
+    from graders import nvml
+
+    reader = nvml.for_torch_device()
+    if not reader.available:
+        pytest.skip("NVML unavailable: the cap cannot be waited out")
+
+    def settled() -> nvml.Reading:
+        deadline = time.monotonic() + 30.0
+        r = reader.read()
+        while (r.reasons or 0) & nvml.SLOWDOWN_MASK and time.monotonic() < deadline:
+            time.sleep(0.25)
+            r = reader.read()
+        assert not (r.reasons or 0) & nvml.SLOWDOWN_MASK, f"still capped after 30 s idle: {r}"
+        return r
+
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
     got = {}
     for hold in ("sleep", "busy"):
+        before = settled()
+        print(f"hold={hold} before: sm_mhz={before.sm_mhz} power_w={before.power_w}")
         timer = ColdL2Timer(hold=hold)
         stats = timer.measure(lambda: torch.mm(a, a), warmup=5, trials=200)
         assert stats.hold_kind == hold and stats.duty is not None and 0.0 < stats.duty <= 1.0
