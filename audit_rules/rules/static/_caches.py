@@ -787,19 +787,156 @@ def loop_element_root(module: PyModule, func: FunctionInfo, name: ast.Name) -> s
     return None
 
 
-def _refilled_every_call(module: PyModule, func: FunctionInfo, root: str, guards: list[tuple[ast.If, str]]) -> bool:
-    """Is the persistent buffer written from the call's data on every call (a `copy_` into it, or
-    into each of its elements in a loop), not only on a cache miss? Such a buffer is staging that
-    holds the current inputs, not a stale copy."""
+# Tensor methods that return a view of their receiver: a write through the view lands in it.
+_VIEW_METHODS = frozenset({
+    "narrow", "view", "view_as", "select", "as_strided", "unsqueeze", "squeeze", "t", "transpose",
+    "permute", "reshape", "flatten", "unflatten", "diagonal", "movedim",
+})
+# Conversions and reshapes of a whole tensor: the same values, all of them.
+_WHOLE_OF = frozenset({
+    "to", "float", "half", "bfloat16", "double", "contiguous", "view", "view_as", "reshape", "flatten",
+    "type", "type_as",
+})
+
+
+def _write_base(expr: ast.expr) -> ast.expr:
+    """The tensor a write through `expr` lands in: slices and views of a buffer write into it."""
+    node = expr
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _VIEW_METHODS:
+            node = node.func.value
+        else:
+            return node
+
+
+def _slices(target: ast.Subscript) -> bool:
+    """A subscript that slices (`[:, :K]`, `[...]`, `[:M]`), as a tensor store does; a dict key
+    (`C[key] = v`) does not."""
+    idx = target.slice
+    elts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
+    return any(isinstance(e, ast.Slice) or (isinstance(e, ast.Constant) and e.value is Ellipsis) for e in elts)
+
+
+def _whole_argument(expr: ast.expr, func: FunctionInfo, scope: Scope, depth: int = 0) -> bool:
+    """Is `expr` a whole call argument (through `.to(...)`/`.float()`/`.contiguous()`/`.view(...)`
+    and plain local aliases), not a sample of it (`x[:1]`)?"""
+    if depth > 4:
+        return False
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _WHOLE_OF:
+        expr = expr.func.value
+    if not isinstance(expr, ast.Name):
+        return False
+    if expr.id in func.params:
+        return not func.is_receiver(expr.id)
+    defs = S.local_defs(scope, expr.id)
+    return bool(defs) and all(_whole_argument(d, func, scope, depth + 1) for d in defs)
+
+
+def buffer_writes(module: PyModule, func: FunctionInfo, root: str) -> list[tuple[ast.AST, ast.expr, bool]]:
+    """Writes into the persistent buffer `root` inside `func`, as (node, source, through_view):
+    `buf.copy_(src)` (into each of its elements in a loop too), and writes through a slice or view
+    of it: `buf.narrow(1, 0, K).copy_(src)`, `buf[:, :K] = src`. `through_view` marks the forms
+    that write part of the buffer by construction (a view, a slice store)."""
+    out: list[tuple[ast.AST, ast.expr, bool]] = []
     for node in walk_body(func.node):
-        if not (isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute)):
+        if isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute):
+            if not node.args:
+                continue
+            recv = node.func.value
+            if is_persistent_value(recv, module, func) == root or (
+                    isinstance(recv, ast.Name) and loop_element_root(module, func, recv) == root):
+                out.append((node, node.args[0], False))
+            elif recv is not (base := _write_base(recv)) and is_persistent_value(base, module, func) == root:
+                out.append((node, node.args[0], True))
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript) and _slices(t) and is_persistent_value(_write_base(t), module, func) == root:
+                    out.append((node, node.value, True))
+    return out
+
+
+def _refilled_every_call(module: PyModule, func: FunctionInfo, root: str, guards: list[tuple[ast.If, str]]) -> bool:
+    """Is the persistent buffer written from the call's data on every call, not only on a cache
+    miss? A `copy_` into it (or into each of its elements in a loop); a write through a slice or
+    view of it (`buf[:, :K] = x`, `buf.narrow(1, 0, K).copy_(x)`: a padded staging buffer) when
+    what it writes is a whole argument, not a sample of one (`buf[:1] = x[:1]` leaves the rest
+    stale). Such a buffer is staging that holds the current inputs, not a stale copy."""
+    scope = module.scope(func)
+    guards = _miss_guards(module, func, guards)
+    for node, src, through_view in buffer_writes(module, func, root):
+        if through_view and not _whole_argument(src, func, scope):
             continue
-        recv = node.func.value
-        hit = is_persistent_value(recv, module, func) == root or (
-            isinstance(recv, ast.Name) and loop_element_root(module, func, recv) == root)
-        if hit and node.args and not _on_miss_path(module, func, node, guards):
+        if not _on_miss_path(module, func, node, guards):
             return True
     return False
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "add",
+                       "discard", "remove", "copy_", "fill_", "zero_", "__setitem__"})
+
+
+def _mutated_attrs(module: PyModule) -> set[str]:
+    """`self` attributes some method other than `__init__` writes: assigned (`self.x = ...`,
+    `self.x[k] = ...`, `self.x += ...`) or changed in place (`self.x.append(...)`, `.copy_(...)`)."""
+    hit = _MUTATED_ATTRS.get(module)
+    if hit is not None:
+        return hit
+    out: set[str] = set()
+
+    def self_attr(e: ast.AST) -> str | None:
+        while isinstance(e, ast.Subscript):
+            e = e.value
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+            return e.attr
+        return None
+
+    for fn in ast.walk(module.tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or fn.name == "__init__":
+            continue
+        for n in ast.walk(fn):
+            targets: list[ast.AST] = []
+            if isinstance(n, ast.Assign):
+                targets = list(n.targets)
+            elif isinstance(n, ast.AugAssign | ast.AnnAssign):
+                targets = [n.target]
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MUTATORS:
+                targets = [n.func.value]
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "setattr":
+                out.add("*")  # setattr(self, name, v): any attribute may change
+            for t in targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    a = self_attr(e)
+                    if a is not None:
+                        out.add(a)
+    return _MUTATED_ATTRS.put(module, out)
+
+
+_MUTATED_ATTRS: IdentityMemo[set[str]] = IdentityMemo(S.MODULE_CACHE_SIZE)
+
+
+def _config_branch(module: PyModule, func: FunctionInfo, test: ast.expr) -> bool:
+    """An `if` on the model's configuration (`if self.K % 128 != 0:`, `if self.M <= 64 and
+    x.is_cuda:`): the only state it reads is attributes no method but `__init__` writes, with no
+    `is`/`in` test and no call (a lookup helper's result would hide what it reads). Nothing in
+    it changes between calls of one shape, so it is a dispatch: code under it runs on cache hits
+    and misses alike."""
+    _, attrs = S.param_roots(test, module.scope(func))
+    if not attrs:
+        return False
+    for n in ast.walk(test):
+        if isinstance(n, ast.Compare) and any(isinstance(o, ast.Is | ast.IsNot | ast.In | ast.NotIn) for o in n.ops):
+            return False
+        if isinstance(n, ast.Call):
+            return False
+    mutated = _mutated_attrs(module)
+    return "*" not in mutated and not (attrs & mutated)
+
+
+def _miss_guards(module: PyModule, func: FunctionInfo, guards: list[tuple[ast.If, str]]) -> list[tuple[ast.If, str]]:
+    """The guards that can tell a hit from a miss: configuration branches left out."""
+    return [(g, r) for g, r in guards if not _config_branch(module, func, g.test)]
 
 
 def _on_miss_path(module: PyModule, func: FunctionInfo, node: ast.AST, guards: list[tuple[ast.If, str]]) -> bool:
@@ -828,20 +965,23 @@ def _on_miss_path(module: PyModule, func: FunctionInfo, node: ast.AST, guards: l
 
 
 def _filled_from_activation(
-    sub: Submission, module: PyModule, func: FunctionInfo, root: str, guards: list[tuple[ast.If, str]]
+    sub: Submission, module: PyModule, func: FunctionInfo, root: str, guards: list[tuple[ast.If, str]],
+    launches: bool = True,
 ) -> list[str]:
-    """A persistent buffer written, only on a cache miss, by a copy or launch that reads an
-    activation argument (a buffer refilled on every call holds nothing stale)."""
+    """A persistent buffer written, only on a cache miss, by a copy (or, with `launches`, a
+    launch) that reads an activation argument (a buffer refilled on every call holds nothing stale)."""
     scope = module.scope(func)
-    for node in walk_body(func.node):  # buf.copy_(src) / buf[...].copy_(src) says what fills it
-        if isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute):
-            if not _on_miss_path(module, func, node, guards):
-                continue
-            if is_persistent_value(node.func.value, module, func) == root and node.args:
-                params, _ = data_roots(node.args[0], scope)
-                copied = [p for p in params if not S.param_is_weight(sub, func, p)]
-                if copied:
-                    return sorted(set(copied))
+    guards = _miss_guards(module, func, guards)
+    # buf.copy_(src), buf[...].copy_(src), buf.narrow(...).copy_(src), buf[:, :K] = src: what fills it
+    for node, src, _ in buffer_writes(module, func, root):
+        if not _on_miss_path(module, func, node, guards):
+            continue
+        params, _ = data_roots(src, scope)
+        copied = [p for p in params if not S.param_is_weight(sub, func, p)]
+        if copied:
+            return sorted(set(copied))
+    if not launches:
+        return []
     for node in walk_body(func.node):
         if not isinstance(node, ast.Call):
             continue
@@ -1008,6 +1148,137 @@ def _fallthrough_hits(
     return out
 
 
+def _miss_in_body(test: ast.expr) -> bool | None:
+    """Which arm of a guard runs on a miss: True for the body (`X is None`, `key not in C`,
+    `self._ptr != x.data_ptr()`, `not self._ready`), False for the else arm (`X is not None`,
+    `key in C`, `self._ptr == p`), None when the test does not say (a bare flag may mean either)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _miss_in_body(test.operand)
+        if inner is not None:
+            return not inner
+        return True if isinstance(test.operand, ast.Attribute | ast.Name) else None  # `not self._ready`
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op = test.ops[0]
+        if isinstance(op, ast.Is | ast.NotEq | ast.NotIn):
+            return True
+        if isinstance(op, ast.IsNot | ast.Eq | ast.In):
+            return False
+        return None
+    if isinstance(test, ast.BoolOp):
+        parts = {_miss_in_body(v) for v in test.values}
+        if isinstance(test.op, ast.Or) and parts == {True}:
+            return True
+        if isinstance(test.op, ast.And) and parts == {False}:
+            return False
+    return None
+
+
+def _in_miss_branch(module: PyModule, func: FunctionInfo, node: ast.AST, guards: list[tuple[ast.If, str]]) -> bool:
+    """Does `node` run only on a miss: in the miss arm of a guard (`_miss_in_body`), or after a
+    guard whose hit arm returns? Code in a guard's hit arm (`if self._graph is not None:
+    self._static.copy_(x); self._graph.replay()`) runs on every warmed call."""
+    guard_ifs = {id(g): g for g, _ in guards}
+    child: ast.AST = node
+    for anc in module.ancestors(node):
+        if anc is func.node:
+            break
+        g = guard_ifs.get(id(anc))
+        if g is not None:
+            side = _miss_in_body(g.test)
+            in_body = any(child is st for st in g.body)
+            if side is None or side == in_body:
+                return True
+        child = anc
+    return _after_returning_hit(module, func, node, guards)
+
+
+def _after_returning_hit(module: PyModule, func: FunctionInfo, node: ast.AST, guards: list[tuple[ast.If, str]]) -> bool:
+    """Is `node` after a guard whose hit arm returns (so only a miss reaches it)?"""
+    guard_ifs = {id(g): g for g, _ in guards}
+    child: ast.AST = node
+    for anc in module.ancestors(node):
+        for attr in ("body", "orelse", "finalbody"):
+            seq = getattr(anc, attr, None)
+            if isinstance(seq, list) and child in seq:
+                for prev in seq[: seq.index(child)]:
+                    g = guard_ifs.get(id(prev))
+                    if g is None:
+                        continue
+                    side = _miss_in_body(g.test)
+                    hit_arm = g.orelse if side is True else g.body if side is False else g.body + g.orelse
+                    if any(isinstance(n, ast.Return) for st in hit_arm for n in ast.walk(st)):
+                        return True
+        if anc is func.node:
+            break
+        child = anc
+    return False
+
+
+def _fill_roots(module: PyModule, func: FunctionInfo) -> set[str]:
+    """The persistent buffers `func` writes explicitly (`copy_`, a slice store, through a view)."""
+    roots: set[str] = set()
+    for node in walk_body(func.node):
+        recv: ast.expr | None = None
+        if isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute):
+            recv = node.func.value
+        elif isinstance(node, ast.Assign):
+            recv = next((t for t in node.targets if isinstance(t, ast.Subscript) and _slices(t)), None)
+        if recv is None:
+            continue
+        base = _write_base(recv)
+        r = is_persistent_value(base, module, func)
+        if r is None and isinstance(base, ast.Name):
+            r = loop_element_root(module, func, base)
+        if r is not None:
+            roots.add(r)
+    return roots
+
+
+def _miss_fills(sub: Submission, module: PyModule, func: FunctionInfo, guards: list[tuple[ast.If, str]],
+                guard_kinds: dict[str, set[str]], stores: list[CacheStore], validated: set[str],
+                hook: bool) -> list[CacheStore]:
+    """Buffers held elsewhere (allocated in `__init__`, say) that this function refills from an
+    activation only when a guard misses: `if x.data_ptr() != self._ptr: self._buf[:, :K] = x`.
+    The buffer keeps that copy between calls, keyed on what the guard compares; a buffer refilled
+    on every call is staging, and one this function also stores is judged with that store."""
+    out: list[CacheStore] = []
+    stored = {st.container for st in stores if st.func is func}
+    miss = _miss_guards(module, func, guards)
+    if not miss:
+        return out
+    for root in sorted(_fill_roots(module, func) - stored):
+        acts = _filled_from_activation(sub, module, func, root, guards, launches=False)
+        if not acts:
+            continue
+        scope = module.scope(func)
+        writes = buffer_writes(module, func, root)
+        if any(not _in_miss_branch(module, func, n, miss) and (not view or _whole_argument(src, func, scope))
+               for n, src, view in writes):
+            continue  # refilled on every call (a graph's static input before each replay): staging
+        hit = next(((n, src) for n, src, _ in writes if _in_miss_branch(module, func, n, miss)), None)
+        if hit is None:
+            continue
+        node, value = hit
+        if not isinstance(node, ast.stmt | ast.Call):
+            continue
+        kinds: set[str] = set()
+        for g, groot in miss:
+            if any(n is node for n in ast.walk(g)):
+                kinds |= guard_kinds.get(groot, set())
+        if not kinds:
+            for _, groot in miss:
+                kinds |= guard_kinds.get(groot, set())
+        if len(kinds) > 1:
+            kinds.discard("first_call")
+        out.append(CacheStore(
+            module=module, func=func, node=node, container=root, value=value, key=None,
+            key_kinds=kinds or {"first_call"}, cached_kind="input_copy",
+            version_guarded="version" in kinds or hook, derived_from=acts,
+            content_validated=bool(validated & set(acts)),
+        ))
+    return out
+
+
 def analyze(sub: Submission) -> CacheReport:
     stores: list[CacheStore] = []
     hits: list[HitReturn] = []
@@ -1045,6 +1316,8 @@ def analyze(sub: Submission) -> CacheReport:
         # stores
         for node in walk_body(func.node):
             for target, value, key in _store_targets(node):
+                if isinstance(target, ast.Subscript) and _slices(target):
+                    continue  # `buf[:, :K] = x` writes into a tensor: a fill (_miss_fills), not a keyed store
                 found = persistent_root(target, module, func)
                 if found is None:
                     continue
@@ -1065,9 +1338,11 @@ def analyze(sub: Submission) -> CacheReport:
                 cached_kind, derived = _classify_value(sub, module, func, value, returned)
                 if cached_kind != "output" and func in rets and _returns_root(module, func, root):
                     cached_kind, derived = "output", []
-                elif cached_kind == "buffer" and func not in rets:
-                    filled_from = _filled_from_activation(sub, module, func, root, guards)
-                    if filled_from:
+                elif cached_kind == "buffer":
+                    # a function that returns: only an explicit copy or slice store says what fills
+                    # it (a launch writing the buffer there is how an output buffer is written)
+                    filled_from = _filled_from_activation(sub, module, func, root, guards, launches=func not in rets)
+                    if filled_from and not _refilled_every_call(module, func, root, guards):
                         cached_kind, derived = "input_copy", filled_from
                 elif cached_kind in ("input_copy", "weight_copy") and _only_compared(module, root):
                     cached_kind = "key"
@@ -1096,6 +1371,7 @@ def analyze(sub: Submission) -> CacheReport:
                         content_validated=bool(validated & set(derived)),
                     )
                 )
+        stores.extend(_miss_fills(sub, module, func, guards, guard_kinds, stores, validated, hook))
         # hit returns: a guard branch returning persistent state
         for g, root in guards:
             hits.extend(_fallthrough_hits(sub, module, func, g, root, set(guard_kinds.get(root, set()))))
