@@ -47,6 +47,8 @@ def test_graph_launch_caches_are_advisory(decks: Any) -> None:
         "bad_benign_copy_captured_in_graph.py": "staging_refreshed_each_call",
         "bad_benign_copy_in_inside_outer_branch.py": "staging_refreshed_each_call",
         "bad_benign_cpp_graph_live_args.py": "live",
+        # the copy sits in the hit arm of `if g is None: <capture> else: ...`: every warmed call
+        "bad_benign_staging_refilled_in_the_hit_arm.py": "staging_refreshed_each_call",
     }
     for entry, reads in expect.items():
         f = _one("KA104", entry, decks)
@@ -74,3 +76,17 @@ def test_input_and_weight_copies_by_guard(decks: Any) -> None:
     assert w.data["cached_kind"] == "weight_copy" and "data_ptr" in w.data["key_kinds"]
     assert w.effect is Effect.NEEDS_PROBE and w.probe is not None and w.probe.value == "weight_mutation"
     assert _run("KA102", "good_metadata_and_workspaces.py", decks) == []
+
+
+def test_buffers_refilled_only_on_a_miss_are_stale_copies(decks: Any) -> None:
+    """A buffer held elsewhere and refilled from the input only when its pointer moves, or a
+    cached padded copy of which each call refreshes a sample: the same-storage probe decides.
+    A padded buffer refilled from the whole input on every call is staging."""
+    ptr = _one("KA102", "bad_init_buffer_refilled_on_pointer_change.py", decks)
+    assert ptr.data["cached_kind"] == "input_copy" and ptr.data["derived_from"] == ["x"]
+    assert "data_ptr" in ptr.data["key_kinds"] and not ptr.data["version_guarded"]
+    assert ptr.effect is Effect.NEEDS_PROBE and ptr.probe is not None and ptr.probe.value == "same_storage_overwrite"
+    sample = _one("KA102", "bad_pad_refreshed_from_a_sample.py", decks)
+    assert sample.effect is Effect.NEEDS_PROBE and sample.data["cached_kind"] == "input_copy"
+    for entry in ("good_pad_refilled_by_a_slice_store.py", "good_graph_static_input_refilled_before_replay.py"):
+        assert _run("KA102", entry, decks) == [], entry

@@ -304,7 +304,10 @@ def _capture_guards(module: PyModule, func: FunctionInfo, capture_nodes: list[as
 
 def _under_state_guard(module: PyModule, func: FunctionInfo, node: ast.AST, replay: ast.AST) -> bool:
     """Inside an `if`/`elif` that compares with persistent state (`elif key != self._key:`) and
-    does not also hold the replay: the copy is skipped on calls that still replay."""
+    does not also hold the replay: the copy is skipped on calls that still replay. Not when the
+    copy sits in the arm that runs while the state is present (`if g is None: <capture> else:
+    static.copy_(x)`): that arm is every call after the capture (`_caches._miss_in_body`)."""
+    child: ast.AST = node
     for anc in module.ancestors(node):
         if anc is func.node:
             break
@@ -312,7 +315,11 @@ def _under_state_guard(module: PyModule, func: FunctionInfo, node: ast.AST, repl
             isinstance(n, ast.expr) and _caches.is_persistent_value(n, module, func) is not None
             for n in _caches.walk_test(anc.test)
         ):
-            return True
+            miss_in_body = _caches._miss_in_body(anc.test)
+            in_body = any(child is st for st in anc.body)
+            if miss_in_body is None or miss_in_body == in_body:
+                return True
+        child = anc
     return False
 
 
