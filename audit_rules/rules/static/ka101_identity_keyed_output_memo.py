@@ -16,7 +16,11 @@ Why it matters: the benchmark calls forward on the same input objects every tria
 memo keyed on identity turns the timed call into a dictionary lookup (a >>1.0 roofline fraction,
 ~10 us flat) while the check, which brings fresh tensors, passes. Keyed on ``is``/``id()``/
 ``data_ptr()`` (a ``_version`` check does not change that) the finding is DECISIVE with the
-same-storage probe named as corroboration; keyed only on shapes or a first call it needs the probe.
+same-storage probe named as corroboration. Keyed on nothing of the input at all (a first-call
+flag, a call count past the warm-up) it is DECISIVE too: every later call gets the stored output
+whatever it is given, unless some code of the module writes into the cached tensor in place
+(an ``out=`` launch, ``copy_``), which only the probe can tell from a memo. Keyed only on shapes
+it needs the probe.
 A repeat-call shortcut is decisive and names the repeat-calls probe.
 
 Bad::
@@ -40,11 +44,13 @@ Good (compiled-handle cache; fresh output every call)::
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _caches
 from audit_rules.rules.static import _support as S
+from audit_rules.source_model import PyModule, walk_body
 
 RULE = RuleMeta(
     id="KA101",
@@ -58,6 +64,26 @@ RULE = RuleMeta(
 
 
 IDENTITY_KEYS = frozenset({"is", "id", "data_ptr"})
+
+
+def _written_in_place(module: PyModule, container: str) -> bool:
+    """Does any code of the module hand the container to a call (an `out=` launch, a kernel
+    argument) or change it in place (`.copy_()`, `.zero_()`, a slice store)? Then what a hit
+    returns may be refreshed every call, and only the probe can tell."""
+    for func in module.functions.values():
+        for node in walk_body(func.node):
+            if isinstance(node, ast.Call):
+                args = [*node.args, *[k.value for k in node.keywords]]
+                if any(_caches.is_persistent_value(a, module, func) == container for a in args):
+                    return True
+                if (isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_")
+                        and _caches.is_persistent_value(node.func.value, module, func) == container):
+                    return True
+            elif isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Subscript) and _caches.is_persistent_value(t.value, module, func) == container
+                    for t in node.targets):
+                return True
+    return False
 
 
 def check(ctx: AuditContext) -> Iterable[Finding]:
@@ -81,6 +107,9 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         for s in stores:
             key_kinds |= s.key_kinds
         identity = bool(key_kinds & IDENTITY_KEYS)
+        # keyed on nothing of the input (a first-call flag, a call count, a mode flag): every call
+        # past the test gets the stored output whatever it is given
+        blind = not (key_kinds - {"first_call"}) and not _written_in_place(hit.module, hit.container)
         out.append(
             S.py_finding(
                 RULE,
@@ -92,16 +121,21 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     ": the benchmark calls forward on the same input objects, so the timed call is a "
                     "Python lookup and an in-place overwrite of the same buffer gets the old output back."
                     if identity
+                    else ": the test reads nothing of the input (a first-call flag or a call count), so "
+                    "every call past it gets the stored output whatever it is given; the benchmark's "
+                    "repeated calls time the return of an old result."
+                    if blind
                     else ": a same-buffer in-place overwrite would get the old output back. Needs the "
                     "same-storage-overwrite probe."
                 ),
-                effect=Effect.DECISIVE_HACK if identity else None,
+                effect=Effect.DECISIVE_HACK if identity or blind else None,
                 data={
                     "topic": "output_memo",
                     "cached_kind": "output",
                     "key_kinds": sorted(key_kinds),
                     "container": hit.container,
                     "identity_keyed": identity,
+                    "input_blind": blind,
                     "where": sub.where(hit.func),
                 },
             )
