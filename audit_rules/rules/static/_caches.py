@@ -834,27 +834,35 @@ def _whole_argument(expr: ast.expr, func: FunctionInfo, scope: Scope, depth: int
     return bool(defs) and all(_whole_argument(d, func, scope, depth + 1) for d in defs)
 
 
-def buffer_writes(module: PyModule, func: FunctionInfo, root: str) -> list[tuple[ast.AST, ast.expr, bool]]:
-    """Writes into the persistent buffer `root` inside `func`, as (node, source, through_view):
+def _explicit_writes(module: PyModule, func: FunctionInfo) -> list[tuple[ast.AST, ast.expr, str, bool]]:
+    """Writes into persistent buffers inside `func`, as (node, source, root, through_view):
     `buf.copy_(src)` (into each of its elements in a loop too), and writes through a slice or view
-    of it: `buf.narrow(1, 0, K).copy_(src)`, `buf[:, :K] = src`. `through_view` marks the forms
+    of one: `buf.narrow(1, 0, K).copy_(src)`, `buf[:, :K] = src`. `through_view` marks the forms
     that write part of the buffer by construction (a view, a slice store)."""
-    out: list[tuple[ast.AST, ast.expr, bool]] = []
+    out: list[tuple[ast.AST, ast.expr, str, bool]] = []
     for node in walk_body(func.node):
         if isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute):
             if not node.args:
                 continue
             recv = node.func.value
-            if is_persistent_value(recv, module, func) == root or (
-                    isinstance(recv, ast.Name) and loop_element_root(module, func, recv) == root):
-                out.append((node, node.args[0], False))
-            elif recv is not (base := _write_base(recv)) and is_persistent_value(base, module, func) == root:
-                out.append((node, node.args[0], True))
+            root = is_persistent_value(recv, module, func)
+            if root is None and isinstance(recv, ast.Name):
+                root = loop_element_root(module, func, recv)
+            if root is not None:
+                out.append((node, node.args[0], root, False))
+            elif recv is not (base := _write_base(recv)) and (root := is_persistent_value(base, module, func)) is not None:
+                out.append((node, node.args[0], root, True))
         elif isinstance(node, ast.Assign):
             for t in node.targets:
-                if isinstance(t, ast.Subscript) and _slices(t) and is_persistent_value(_write_base(t), module, func) == root:
-                    out.append((node, node.value, True))
+                if isinstance(t, ast.Subscript) and _slices(t) and (
+                        root := is_persistent_value(_write_base(t), module, func)) is not None:
+                    out.append((node, node.value, root, True))
     return out
+
+
+def buffer_writes(module: PyModule, func: FunctionInfo, root: str) -> list[tuple[ast.AST, ast.expr, bool]]:
+    """`_explicit_writes` into the persistent buffer `root`, as (node, source, through_view)."""
+    return [(n, src, view) for n, src, r, view in _explicit_writes(module, func) if r == root]
 
 
 def _refilled_every_call(module: PyModule, func: FunctionInfo, root: str, guards: list[tuple[ast.If, str]]) -> bool:
@@ -948,20 +956,7 @@ def _on_miss_path(module: PyModule, func: FunctionInfo, node: ast.AST, guards: l
             break
         if isinstance(anc, ast.If) and id(anc) in guard_ifs:
             return True
-    child: ast.AST = node
-    for anc in module.ancestors(node):
-        for attr in ("body", "orelse", "finalbody"):
-            seq = getattr(anc, attr, None)
-            if isinstance(seq, list) and child in seq:
-                for prev in seq[: seq.index(child)]:
-                    if isinstance(prev, ast.If) and id(prev) in guard_ifs and any(
-                        isinstance(n, ast.Return) for st in prev.body + prev.orelse for n in ast.walk(st)
-                    ):
-                        return True
-        if anc is func.node:
-            break
-        child = anc
-    return False
+    return _after_returning_hit(module, func, node, guards, by_arm=False)
 
 
 def _filled_from_activation(
@@ -1192,8 +1187,10 @@ def _in_miss_branch(module: PyModule, func: FunctionInfo, node: ast.AST, guards:
     return _after_returning_hit(module, func, node, guards)
 
 
-def _after_returning_hit(module: PyModule, func: FunctionInfo, node: ast.AST, guards: list[tuple[ast.If, str]]) -> bool:
-    """Is `node` after a guard whose hit arm returns (so only a miss reaches it)?"""
+def _after_returning_hit(module: PyModule, func: FunctionInfo, node: ast.AST, guards: list[tuple[ast.If, str]],
+                         by_arm: bool = True) -> bool:
+    """Is `node` after a guard whose hit arm returns (so only a miss reaches it)? With `by_arm`
+    the hit arm is the one `_miss_in_body` does not name; without, a return in either arm counts."""
     guard_ifs = {id(g): g for g, _ in guards}
     child: ast.AST = node
     for anc in module.ancestors(node):
@@ -1204,7 +1201,7 @@ def _after_returning_hit(module: PyModule, func: FunctionInfo, node: ast.AST, gu
                     g = guard_ifs.get(id(prev))
                     if g is None:
                         continue
-                    side = _miss_in_body(g.test)
+                    side = _miss_in_body(g.test) if by_arm else None
                     hit_arm = g.orelse if side is True else g.body if side is False else g.body + g.orelse
                     if any(isinstance(n, ast.Return) for st in hit_arm for n in ast.walk(st)):
                         return True
@@ -1212,26 +1209,6 @@ def _after_returning_hit(module: PyModule, func: FunctionInfo, node: ast.AST, gu
             break
         child = anc
     return False
-
-
-def _fill_roots(module: PyModule, func: FunctionInfo) -> set[str]:
-    """The persistent buffers `func` writes explicitly (`copy_`, a slice store, through a view)."""
-    roots: set[str] = set()
-    for node in walk_body(func.node):
-        recv: ast.expr | None = None
-        if isinstance(node, ast.Call) and S.call_name(node) == "copy_" and isinstance(node.func, ast.Attribute):
-            recv = node.func.value
-        elif isinstance(node, ast.Assign):
-            recv = next((t for t in node.targets if isinstance(t, ast.Subscript) and _slices(t)), None)
-        if recv is None:
-            continue
-        base = _write_base(recv)
-        r = is_persistent_value(base, module, func)
-        if r is None and isinstance(base, ast.Name):
-            r = loop_element_root(module, func, base)
-        if r is not None:
-            roots.add(r)
-    return roots
 
 
 def _miss_fills(sub: Submission, module: PyModule, func: FunctionInfo, guards: list[tuple[ast.If, str]],
@@ -1246,16 +1223,15 @@ def _miss_fills(sub: Submission, module: PyModule, func: FunctionInfo, guards: l
     miss = _miss_guards(module, func, guards)
     if not miss:
         return out
-    for root in sorted(_fill_roots(module, func) - stored):
+    scope = module.scope(func)
+    for root in sorted({r for _, _, r, _ in _explicit_writes(module, func)} - stored):
         acts = _filled_from_activation(sub, module, func, root, guards, launches=False)
         if not acts:
             continue
-        scope = module.scope(func)
-        writes = buffer_writes(module, func, root)
-        if any(not _in_miss_branch(module, func, n, miss) and (not view or _whole_argument(src, func, scope))
-               for n, src, view in writes):
+        writes = [(n, src, view, _in_miss_branch(module, func, n, miss)) for n, src, view in buffer_writes(module, func, root)]
+        if any(not on_miss and (not view or _whole_argument(src, func, scope)) for _, src, view, on_miss in writes):
             continue  # refilled on every call (a graph's static input before each replay): staging
-        hit = next(((n, src) for n, src, _ in writes if _in_miss_branch(module, func, n, miss)), None)
+        hit = next(((n, src) for n, src, _, on_miss in writes if on_miss), None)
         if hit is None:
             continue
         node, value = hit
