@@ -101,3 +101,21 @@ def test_buffers_refilled_only_on_a_miss_are_stale_copies(decks: Any) -> None:
     assert sample.effect is Effect.NEEDS_PROBE and sample.data["cached_kind"] == "input_copy"
     for entry in ("good_pad_refilled_by_a_slice_store.py", "good_graph_static_input_refilled_before_replay.py"):
         assert _run("KA102", entry, decks) == [], entry
+
+
+def test_state_changed_in_place_is_not_configuration() -> None:
+    """An `if` on an attribute that a method changes in place (`.pop()`, `.copy_()`, `.clear()`)
+    can tell a hit from a miss; one on an attribute only `__init__` sets is a dispatch."""
+    from audit_rules.rules.static import _caches
+    from audit_rules.source_model import build_submission
+
+    sub = build_submission({"solution.py": (
+        "class Model:\n"
+        "    def __init__(self):\n"
+        "        self.K = 4\n        self._pending = {}\n        self._snap = None\n        self._log = []\n"
+        "    def forward(self, x):\n"
+        "        self._pending.pop(0, None)\n        self._snap.copy_(x)\n        self._log.clear()\n"
+        "        return x\n"
+    )})
+    module = next(iter(sub.modules.values()))
+    assert _caches._mutated_attrs(module) == {"_pending", "_snap", "_log"}

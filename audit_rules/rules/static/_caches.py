@@ -881,8 +881,10 @@ def _refilled_every_call(module: PyModule, func: FunctionInfo, root: str, guards
     return False
 
 
-_MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "add",
-                       "discard", "remove", "copy_", "fill_", "zero_", "__setitem__"})
+# Methods that change their receiver in place: containers and tensors. (Not `_MUTATORS` below, the
+# narrower set filled_by_mutator reads: the two once shared that name and this set was shadowed.)
+_IN_PLACE_WRITES = frozenset({"append", "appendleft", "extend", "insert", "update", "setdefault", "pop", "popitem",
+                              "clear", "add", "discard", "remove", "copy_", "fill_", "zero_", "__setitem__"})
 
 
 def _mutated_attrs(module: PyModule) -> set[str]:
@@ -909,7 +911,7 @@ def _mutated_attrs(module: PyModule) -> set[str]:
                 targets = list(n.targets)
             elif isinstance(n, ast.AugAssign | ast.AnnAssign):
                 targets = [n.target]
-            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MUTATORS:
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _IN_PLACE_WRITES:
                 targets = [n.func.value]
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "setattr":
                 out.add("*")  # setattr(self, name, v): any attribute may change
