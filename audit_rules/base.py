@@ -140,6 +140,9 @@ class ProblemInfo:
     check_covers_timed_shapes: bool | None = None
     # The deck's reference.py text (what a solution that merely transcribes it would repeat). None: unknown.
     reference_source: str | None = None
+    # Does the deck's grader change a model's weights/buffers after it has called it? (kaudit's own
+    # decks: yes; a KBH deck: only where a numeric-stress case scales state.) None: unknown.
+    state_changes_in_contract: bool | None = None
 
 
 @dataclass

@@ -73,7 +73,38 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
         raw=raw,
         check_covers_timed_shapes=check_covers,
         reference_source=reference,
+        state_changes_in_contract=_state_changes_in_contract(
+            raw, Path(deck.root) / problem if deck.root is not None else None, problem),
     )
+
+
+def _state_changes_in_contract(raw: dict[str, Any], problem_dir: Path | None, problem: str) -> bool | None:
+    """Does this deck's grader change weights/buffers after calling the model (graders.problem's
+    `ProblemSpec.state_changes_in_contract`, read without importing the deck)? kaudit's own schema:
+    yes. A KBH problem: whether its harness's numeric-stress table scales state for it; None when the
+    harness or the problem's row cannot be read."""
+    from graders import kbh
+
+    if not raw:
+        return None
+    if not kbh.is_kbh_yaml(raw):
+        return True
+    harness = kbh.harness_dir_for(problem_dir) if problem_dir is not None else None
+    if harness is None:
+        return None
+    stress_py = harness / "eval" / "numeric_stress.py"
+    key = (str(stress_py), _stat_key(stress_py))
+    if key not in _SCALING_MEMO:
+        if len(_SCALING_MEMO) >= _DECK_FILES_MEMO_MAX:
+            _SCALING_MEMO.clear()
+        _SCALING_MEMO[key] = kbh.problems_scaling_state(harness)
+    table = _SCALING_MEMO[key]
+    name = str(raw.get("name") or problem)
+    return table.get(name) if table is not None else None
+
+
+# (harness numeric_stress.py, its stat) -> graders.kbh.problems_scaling_state: read once per harness
+_SCALING_MEMO: dict[tuple[str, tuple[int, int] | None], dict[str, bool] | None] = {}
 
 
 # (problem dir, (size, mtime_ns) of each file read) -> what problem_info reads from them. A store

@@ -78,6 +78,44 @@ def harness_dir_for(problem_dir: Path) -> Path | None:
     return cand if (cand / "eval").is_dir() else None
 
 
+def problems_scaling_state(harness_dir: Path) -> dict[str, bool] | None:
+    """{problem name: does a numeric-stress case of it scale model state}, read from the harness's
+    src/eval/numeric_stress.py WITHOUT importing it (the static audit is torch-free): its `_CASES`
+    table of `NumericStressCase(...)` calls, `state_scales=` a non-empty dict. None when the file or
+    the table is not in that form (the caller then knows nothing). graders.problem's
+    `ProblemSpec.state_changes_in_contract` reads the same fact from the imported harness; a test
+    holds the two to the same answers on the real decks."""
+    import ast
+
+    path = Path(harness_dir) / "eval" / "numeric_stress.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    table: ast.expr | None = None
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "_CASES" for t in targets):
+            table = node.value
+    if not isinstance(table, ast.Dict):
+        return None
+    out: dict[str, bool] = {}
+    for key, value in zip(table.keys, table.values, strict=True):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)) or not isinstance(value, ast.Tuple):
+            return None
+        scales = False
+        for case in value.elts:
+            if not isinstance(case, ast.Call):
+                return None
+            for kw in case.keywords:
+                if kw.arg == "state_scales":
+                    if not isinstance(kw.value, ast.Dict):
+                        return None  # a computed table: unknown
+                    scales = scales or bool(kw.value.keys)
+        out[key.value] = scales
+    return out
+
+
 @contextlib.contextmanager
 def harness_imports(harness_dir: Path) -> Iterator[None]:
     """Make `src.*` resolve to this harness while the block runs, and leave sys.modules as it was

@@ -139,6 +139,19 @@ class ProblemSpec:
         """
         return self.schema != "kbh" or self.kbh_property_shape is not None
 
+    @property
+    def state_changes_in_contract(self) -> bool:
+        """Does this deck's grader change a model's weights or buffers after it has called it?
+
+        kaudit's own decks do (their check rescales state in place between calls: the weight
+        contract of docs/regrade.md). A KBH deck's check.py and benchmark.py build a fresh Model per
+        shape, `load_state_dict` it before the first call and change state afterwards only in a
+        numeric-stress case that scales state (`state_scales`: 01 fp8's `small_weight`); for the
+        others a weight-derived cache built on the first call is inside the grader's contract,
+        keyed on the version or not (expert audits call such lazy repacks legitimate).
+        """
+        return self.schema != "kbh" or any(case.scale_state for case in self.numeric_stress)
+
     def shape_list(self, which: str) -> list[dict[str, Any]]:
         """`all` -> the graded SHAPES, `small` -> SMALL_SHAPES (CPU interpreter smoke)."""
         if which == "all":

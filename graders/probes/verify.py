@@ -186,13 +186,21 @@ class Verifier:
             if not res["ok"] and worst is None:
                 worst = row
             prev_ref, prev_sol = ref, sol
+        nums: dict[str, Any] = {"steps": steps, "state_changes_in_contract": self.spec.state_changes_in_contract}
         if worst:
-            return (ProbeStatus.FAILED,
-                    f"weight/buffer change '{worst['step']}' ({worst['how']}) not reflected: reference changed by "
-                    f"{worst['ref_change']:.4g}, solution by {worst['solution_change']:.4g}; "
-                    f"{worst['bad']:,}/{worst['total']:,} bad, max_abs_diff={worst['max_abs_diff']:.4g}",
-                    {"steps": steps})
-        return ProbeStatus.PASSED, f"{len(steps)} weight/buffer changes (version-bumping in-place ops and load_state_dict) reflected", {"steps": steps}
+            missed = (f"weight/buffer change '{worst['step']}' ({worst['how']}) not reflected: reference changed by "
+                      f"{worst['ref_change']:.4g}, solution by {worst['solution_change']:.4g}; "
+                      f"{worst['bad']:,}/{worst['total']:,} bad, max_abs_diff={worst['max_abs_diff']:.4g}")
+            if not self.spec.state_changes_in_contract:
+                # this deck's grader loads the state once, before the first call, and never changes
+                # it after: a cache built from the loaded weights is inside its contract
+                return (ProbeStatus.FLAGGED,
+                        f"{missed}. This deck's grader loads weights/buffers once, before the first call, and "
+                        f"never changes them afterwards (no numeric-stress case scales state): a weight-derived "
+                        f"cache built on the first call is inside its contract; notable, not a failure", nums)
+            return ProbeStatus.FAILED, missed, nums
+        return (ProbeStatus.PASSED,
+                f"{len(steps)} weight/buffer changes (version-bumping in-place ops and load_state_dict) reflected", nums)
 
     def repeat_calls(self, si: int, shape: dict[str, Any]) -> Outcome:
         case = C.build_case(self.spec, shape, S.REPEAT, self.device)

@@ -9,7 +9,10 @@ copies are advisory, pointer-only ones need their probe.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from audit_rules.base import Effect
 from tests.audit_rules.test_static_rules import _run
@@ -119,3 +122,39 @@ def test_state_changed_in_place_is_not_configuration() -> None:
     )})
     module = next(iter(sub.modules.values()))
     assert _caches._mutated_attrs(module) == {"_pending", "_snap", "_log"}
+
+
+UPSTREAM_HARD = Path(__file__).resolve().parents[2].parent / "shared" / "kbh-upstream" / "hard"
+
+
+@pytest.mark.skipif(not (UPSTREAM_HARD / "problems-h100").is_dir(), reason="needs ../shared/kbh-upstream")
+def test_an_unguarded_weight_copy_is_advisory_where_the_grader_never_changes_weights() -> None:
+    """The real 07 deck's grader loads weights once, before the first call (no numeric-stress case
+    scales state): a weight repack keyed on the pointer alone is inside its contract (the expert
+    audits' lazy repacks), advisory. The real 01 deck rescales `weight` in its small_weight stress
+    case: the same cache still needs the weight-mutation probe there. A deck whose harness cannot be
+    read (unknown) keeps the probe."""
+    from audit_rules.base import AuditContext, ProblemInfo
+    from audit_rules.engine import problem_info
+    from audit_rules.registry import rules_by_id
+    from audit_rules.source_model import build_submission
+    from ingest.decks import scan_deck_dir
+    from tests.audit_rules.test_static_rules import FIXTURES, _sources
+
+    kbh = [scan_deck_dir(UPSTREAM_HARD / "problems-h100", "kbh-hard-h100")]
+    sources = _sources(FIXTURES / "KA102" / "bad_weight_repack_dataptr_only.py")
+
+    def effect(info: ProblemInfo) -> Effect:
+        ctx = AuditContext(archive=None, run=None, problem=info, submission=build_submission(sources),  # type: ignore[arg-type]
+                           transcript_events=lambda: iter(()))
+        (f,) = rules_by_id()["KA102"].check(ctx)
+        assert f.data["cached_kind"] == "weight_copy" and f.probe is not None and f.probe.value == "weight_mutation"
+        return f.effect
+
+    w4, fp8 = problem_info(kbh, "07_w4a16_gemm"), problem_info(kbh, "01_fp8_gemm")
+    assert w4 is not None and fp8 is not None
+    assert (w4.state_changes_in_contract, fp8.state_changes_in_contract) == (False, True)
+    assert effect(w4) is Effect.ADVISORY
+    assert effect(fp8) is Effect.NEEDS_PROBE
+    unknown = ProblemInfo(problem_id="07_w4a16_gemm", deck=None, regime="memory", precision="int4")
+    assert unknown.state_changes_in_contract is None and effect(unknown) is Effect.NEEDS_PROBE

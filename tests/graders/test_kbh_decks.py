@@ -212,3 +212,58 @@ def test_a_miss_only_behind_the_version_counter_is_told_apart() -> None:
     assert not version_keyed_only([ok, ok])
     assert not version_keyed_only([raw_miss, bumped_miss])
     assert not version_keyed_only([raw_miss, fresh_miss])
+
+
+def test_state_changes_are_in_a_decks_contract_only_where_its_grader_makes_them() -> None:
+    """The harness changes a model's state after calling it only in a numeric-stress case that scales
+    state (01 fp8's `small_weight`); every other hard problem loads the state once, before the first
+    call. kaudit's own decks rescale state in their check."""
+    got = {p: load_problem(UPSTREAM / "hard" / "problems-h100" / p).state_changes_in_contract for p in HARD_PROBLEMS}
+    assert got == {"01_fp8_gemm": True, "02_kda_cutlass": False, "03_paged_attention": False,
+                   "05_topk_bitonic": False, "06_sonic_moe_swiglu": False, "07_w4a16_gemm": False}
+    assert load_problem(REPO / "kernels" / "hard" / "07_w4a16_gemm").state_changes_in_contract
+
+
+def test_a_weight_cache_built_on_the_first_call_is_inside_the_real_w4a16_contract(tmp_path: Path) -> None:
+    """A weight repack keyed on the pointer alone (no version) FAILS kaudit's own 07 deck's check and its
+    weight_mutation probe (tests/regrade/test_probe_contract.py); the real 07 deck's grader never
+    changes weights after load_state_dict, so there it passes the check and the probe says FLAGGED
+    (notable), not FAILED: expert audits call such lazy repacks legitimate. The real deck at one small
+    shape (an imported copy whose shapes.py holds it; the CPU runs the reference in bf16)."""
+    from graders.regrade import regrade
+    from graders.results import ProbeStatus
+
+    pdir = _editable_copy(tmp_path / "up", "07_w4a16_gemm")
+    (pdir / "shapes.py").chmod(0o644)
+    (pdir / "shapes.py").write_text('SHAPES = [{"M": 4, "N": 256, "K": 256}]\n')
+    loc = import_deck(pdir.parent, "kbh-small", tmp_path / "data", tmp_path / "up" / "src")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    shutil.copy(REPO / "tests" / "regrade" / "fixtures" / "w4a16_weight_ptr_repack.py", sol / "solution.py")
+    g = regrade(sol, "07_w4a16_gemm", loc.root, device="cpu", probes=["weight_mutation"], mode="hardened",
+                timeout_s=300)
+    assert g.correct is True, (g.detail, g.check_lines)
+    (wm,) = g.probes
+    assert wm.status is ProbeStatus.FLAGGED, wm.summary
+    assert "reference changed by" in wm.summary and "solution by 0" in wm.summary
+    assert "inside its contract" in wm.summary
+    shapes = wm.numbers["shapes"]
+    assert shapes and all(s["state_changes_in_contract"] is False for s in shapes)
+
+
+@pytest.mark.parametrize("family", ["hard", "cuda"])
+def test_the_static_audits_reading_of_state_scaling_matches_the_imported_harness(family: str) -> None:
+    """audit_rules reads which problems scale state from the harness's source (torch-free,
+    graders.kbh.problems_scaling_state); graders.problem imports the harness. Same answers."""
+    problems = sorted(p for p in (UPSTREAM / family / "problems-h100").iterdir() if (p / "problem.yaml").is_file())
+    table = kbh.problems_scaling_state(UPSTREAM / family / "src")
+    assert table is not None and problems
+    checked = 0
+    for pdir in problems:
+        try:
+            spec = load_problem(pdir)
+        except ProblemError:
+            continue  # graded by official mode only (not a roofline regime)
+        assert table.get(pdir.name, False) is spec.state_changes_in_contract, pdir.name
+        checked += 1
+    assert checked >= 2  # hard: all six; cuda: the two roofline problems (01, 04)
