@@ -3,7 +3,9 @@
 What it flags: branches on forward's live path that choose different math depending on
 
 * input magnitude (``amax``, ``abs().max()``, ``norm``, ``isfinite``/``isnan`` checks, ``.item()``
-  of a reduction of an input) -> needs the checked-vs-timed probe;
+  of a reduction of an input) -> needs the checked-vs-timed probe; only over the caller's input
+  DATA: ``max(64, 2 * M)`` over a size passed down from ``x.shape`` or ``abs()`` of an extension
+  handle's config metadata (model state) chooses a tile, not a path by value;
 * call counters / warm-up detection (an attribute incremented every call and tested) -> needs the
   repeat-calls probe;
 * sizes or shapes (``N <= 2048``, ``x.shape[0] > 1024``) -> only when the branches compute at
@@ -41,6 +43,7 @@ import re
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _caches
 from audit_rules.rules.static import _support as S
 from audit_rules.source_model import FunctionInfo, PyModule, Submission, walk_body
 
@@ -138,6 +141,13 @@ def _counters(module: PyModule) -> set[str]:
     return out
 
 
+def _input_data(sub: Submission, func: FunctionInfo, params: set[str]) -> bool:
+    """Does one of these parameters carry the caller's input DATA: not model state (every call site
+    passes self.X: weights, an extension handle), and not a size (a shape dimension passed down
+    through helpers: `max(64, 2 * M)` over `M = x.shape[0]` is a tile choice, not a magnitude)?"""
+    return any(not S.param_is_weight(sub, func, p) and _caches.param_carries_data(sub, func, p) for p in params)
+
+
 def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.expr, counters: set[str]) -> str | None:
     scope = module.scope(func)
     for n in ast.walk(test):
@@ -150,7 +160,7 @@ def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.
             name = S.call_name(n)
             if name in _MAGNITUDE_CALLS or (sub.qualname(n.func, scope) or "").split(".")[-1] in _MAGNITUDE_CALLS:
                 params, _ = S.param_roots(n, scope)
-                if any(not S.param_is_weight(sub, func, p) for p in params):
+                if _input_data(sub, func, params):
                     if name not in ("any", "all") or any(
                         isinstance(x, ast.Call) and S.call_name(x) in ("isfinite", "isnan", "isinf", "abs", "gt", "lt")
                         for x in ast.walk(n)
@@ -161,7 +171,7 @@ def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.
                 for x in ast.walk(v):
                     if isinstance(x, ast.Call) and S.call_name(x) in ("amax", "norm", "isfinite", "isnan", "abs"):
                         params, _ = S.param_roots(x, scope)
-                        if params:
+                        if _input_data(sub, func, params):
                             return "magnitude"
     for n in ast.walk(test):
         if isinstance(n, ast.Compare) and any(isinstance(o, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for o in n.ops):
