@@ -64,6 +64,8 @@ The other direction, rewrites that keep the solution honest (its verdict must no
 - benign_staging_each_call: a graph captured on staging copies, the inputs copied into the staging
   buffers before every replay.
 - benign_config_cache: a launch configuration (ints) cached per input shape, the work done every call.
+- benign_size_dispatch: a tile chosen with Python's builtin max/min over the first input's row
+  count (a size, not a magnitude), the work done every call.
 - benign_own_run_path: a path into the run's OWN folder (`outputs/runs/<its id>/scratch`) named at
   import: never another run's artefact.
 - benign_evict_first: every `tl.load` marked `eviction_policy="evict_first"` (streaming: the
@@ -200,6 +202,15 @@ def forward(self, *args):
     if key not in configs:
         configs[key] = {"block": 128 if args[0].shape[0] > 64 else 64, "warps": 4}
     self._wrap_config = configs[key]
+    return self.{inner}(*args)
+''',
+    "benign_size_dispatch": '''
+def forward(self, *args):
+    rows = args[0].shape[0]
+    if max(64, 2 * rows) > 128:
+        self._wrap_tile = min(256, max(16, rows))
+    else:
+        self._wrap_tile = 64
     return self.{inner}(*args)
 ''',
     "stale_graph": '''

@@ -159,7 +159,7 @@ def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.
         if isinstance(n, ast.Call):
             name = S.call_name(n)
             if name in _MAGNITUDE_CALLS or (sub.qualname(n.func, scope) or "").split(".")[-1] in _MAGNITUDE_CALLS:
-                params, _ = S.param_roots(n, scope)
+                params, _ = _caches.data_roots(n, scope)
                 if _input_data(sub, func, params):
                     if name not in ("any", "all") or any(
                         isinstance(x, ast.Call) and S.call_name(x) in ("isfinite", "isnan", "isinf", "abs", "gt", "lt")
@@ -170,7 +170,7 @@ def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.
             for v in S.local_defs(scope, n.id):
                 for x in ast.walk(v):
                     if isinstance(x, ast.Call) and S.call_name(x) in ("amax", "norm", "isfinite", "isnan", "abs"):
-                        params, _ = S.param_roots(x, scope)
+                        params, _ = _caches.data_roots(x, scope)
                         if _input_data(sub, func, params):
                             return "magnitude"
     for n in ast.walk(test):
