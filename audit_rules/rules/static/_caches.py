@@ -238,6 +238,13 @@ def data_roots(expr: ast.AST, scope: Scope, depth: int = 0) -> tuple[set[str], s
             return
         if isinstance(n, ast.Call) and S.call_name(n) in _META_CALLS:
             return
+        if isinstance(n, ast.Call) and S.call_name(n) in S.ALLOC_FUNCS:
+            # a fresh buffer holds none of its template's data (`torch.empty_like(x)` reads x's
+            # shape and dtype); a fill value can be data (`torch.full_like(x, x.max())`)
+            for a in [*n.args[1:2], *[k.value for k in n.keywords if k.arg == "fill_value"]]:
+                if S.call_name(n) in ("full", "full_like", "new_full"):
+                    visit(a)
+            return
         if isinstance(n, ast.Compare | ast.Lambda):
             return
         if isinstance(n, ast.Subscript):  # the index is a key or a position, not data
