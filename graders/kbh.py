@@ -94,9 +94,15 @@ def problems_scaling_state(harness_dir: Path) -> dict[str, bool] | None:
         return None
     table: ast.expr | None = None
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        value: ast.expr | None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == "_CASES" for t in targets):
-            table = node.value
+            table = value
     if not isinstance(table, ast.Dict):
         return None
     out: dict[str, bool] = {}
