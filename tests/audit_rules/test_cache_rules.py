@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from audit_rules.base import Effect
-from tests.audit_rules.test_static_rules import _run
+from audit_rules.registry import rules_by_id
+from tests.audit_rules.test_static_rules import _ctx, _run
 
 
 def _one(rule: str, entry: str, decks: Any):  # type: ignore[no-untyped-def]
@@ -160,3 +161,49 @@ def test_an_unguarded_weight_copy_is_advisory_where_the_grader_never_changes_wei
     assert effect(fp8) is Effect.NEEDS_PROBE
     unknown = ProblemInfo(problem_id="07_w4a16_gemm", deck=None, regime="memory", precision="int4")
     assert unknown.state_changes_in_contract is None and effect(unknown) is Effect.NEEDS_PROBE
+
+
+def test_an_output_memo_keyed_on_the_inputs_values_is_decisive(decks: Any) -> None:
+    """A key built from the input's VALUES (a sum, a hash of its bytes) passes the check and every
+    correctness probe (new data, new key), yet the benchmark's repeated calls on one input time a
+    lookup: decisive, as an identity key is. A plan keyed on index content that the kernel is
+    launched with is not an output memo."""
+    for entry in ("bad_checksum_keyed_output_memo.py", "bad_bytes_hash_keyed_output_memo.py"):
+        f = _one("KA101", entry, decks)
+        assert f.effect is Effect.DECISIVE_HACK and f.data["data_keyed"] is True, entry
+        assert "data" in f.data["key_kinds"] and not f.data["identity_keyed"], entry
+    # a routing plan keyed on a hash of the index bytes, which the kernel is launched with: no
+    # output memo (KA102 asks the same-storage probe about the plan itself, rightly: an input-derived
+    # copy whose key only the probe can show covers every change)
+    ctx = _ctx({"solution.py": ROUTING_PLAN}, decks)
+    assert [f for f in rules_by_id()["KA101"].check(ctx)] == []
+    (plan,) = [f for f in rules_by_id()["KA102"].check(ctx)]
+    assert plan.effect is Effect.NEEDS_PROBE and plan.data["cached_kind"] == "input_copy"
+
+
+ROUTING_PLAN = '''# problem: 06_sonic_moe_swiglu
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self, T, H, I, E, K):
+        super().__init__()
+        self.w_gate = torch.nn.Parameter(torch.zeros(E, H, I))
+        self.w_up = torch.nn.Parameter(torch.zeros(E, H, I))
+        self._plans = {}
+
+    def _plan(self, idx):
+        key = hash(idx.cpu().numpy().tobytes())
+        plan = self._plans.get(key)
+        if plan is None:
+            counts = torch.bincount(idx.flatten(), minlength=self.w_gate.shape[0])
+            plan = torch.cumsum(counts, 0)
+            self._plans[key] = plan
+        return plan
+
+    def forward(self, hidden, idx, weights):
+        plan = self._plan(idx)
+        out = torch.empty_like(hidden)
+        torch.ops.fixture.grouped_swiglu(hidden, idx, weights, self.w_gate, self.w_up, plan, out)
+        return out
+'''

@@ -8,7 +8,8 @@ reading ``self.X``, ``key in C``, ``C.get(key)``...). For each store we classify
   activation argument), ``weight_copy`` (derived from model state only), ``launch_artifact``
   (graph, compiled handle, descriptor, config constants), ``buffer`` (a fresh allocation that
   later calls write into);
-* ``key_kinds``: data_ptr / id / is / shape / stride / version / first_call / content;
+* ``key_kinds``: data_ptr / id / is / shape / stride / version / first_call / content (every hit
+  compares the whole source with a snapshot) / data (the key or guard reads values of the input);
 * ``version_guarded``: the key or the guard reads ``_version``, or the module invalidates on
   ``load_state_dict`` through a registered hook;
 
@@ -237,6 +238,11 @@ def data_roots(expr: ast.AST, scope: Scope, depth: int = 0) -> tuple[set[str], s
         if isinstance(n, ast.Attribute) and n.attr in _META_ATTRS:
             return
         if isinstance(n, ast.Call) and S.call_name(n) in _META_CALLS:
+            if S.call_name(n) in ("hash", "str", "repr"):
+                # hash(x) is the tensor's identity; hash(x.cpu().numpy().tobytes()) is its values
+                for a in n.args:
+                    if isinstance(a, ast.Call):
+                        visit(a)
             return
         if isinstance(n, ast.Call) and S.call_name(n) in S.ALLOC_FUNCS:
             # a fresh buffer holds none of its template's data (`torch.empty_like(x)` reads x's
@@ -298,6 +304,47 @@ def state_attrs(module: PyModule) -> set[str]:
 
 
 _STATE: IdentityMemo[set[str]] = IdentityMemo(S.MODULE_CACHE_SIZE)
+
+
+def _reads_input_data(sub: Submission, func: FunctionInfo, expr: ast.AST, scope: Scope) -> bool:
+    """Does a cache key or guard read VALUES of the caller's input (`x.sum().item()`, `hash(x.cpu()
+    .numpy().tobytes())`, `x[0, 0]`), not its identity, pointer, shape or version? Model state and
+    sizes passed down from shapes are not the input."""
+    params, _ = data_roots(expr, scope)
+    return any(not S.param_is_weight(sub, func, p) and _traced_to_input(sub, func, p) for p in params)
+
+
+def _traced_to_input(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:
+    """Is this parameter positively the caller's input data: a parameter of forward itself, or one
+    that some call site fills with data traced (through helpers) to forward's parameters? Unlike
+    `param_carries_data`, a parameter nobody in the submission fills (a lambda's, a callback's) is
+    NOT counted: a key kind that makes a finding decisive needs the trace, not the benefit of doubt."""
+    if param not in func.params or param in ("self", "cls") or depth > 4:
+        return False
+    if func.short in ("forward", "__call__"):
+        return True
+    key = f"{_MEMO_KEY}input:{id(func.node)}:{param}"
+    hit = sub._memo.get(key)
+    if isinstance(hit, bool):
+        return hit
+    sub._memo[key] = False  # recursion guard
+    params = func.params
+    idx = params.index(param) - (1 if func.cls and params and params[0] in ("self", "cls") else 0)
+    res = False
+    for module, caller, call in sub.callers(func):
+        if caller is None:
+            continue
+        arg = next((k.value for k in call.keywords if k.arg == param), None)
+        if arg is None and 0 <= idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
+            arg = call.args[idx]
+        if arg is None:
+            continue
+        p, _ = data_roots(arg, module.scope(caller))
+        if any(_traced_to_input(sub, caller, q, depth + 1) for q in p):
+            res = True
+            break
+    sub._memo[key] = res
+    return res
 
 
 def param_carries_data(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:
@@ -1280,6 +1327,8 @@ def analyze(sub: Submission) -> CacheReport:
         guard_kinds: dict[str, set[str]] = {}
         for g, root in guards:
             ks = S.identity_kinds(g.test, scope)
+            if _reads_input_data(sub, func, g.test, scope):
+                ks.add("data")  # the guard compares a value read from the input (a checksum, a sample)
             if not ks:
                 ks = {"first_call"} if _is_none_test(g.test) else set()
             if any(isinstance(n, ast.Compare) and any(isinstance(o, ast.In | ast.NotIn) for o in n.ops) for n in ast.walk(g.test)):
@@ -1313,6 +1362,8 @@ def analyze(sub: Submission) -> CacheReport:
                         kinds |= guard_kinds.get(groot, set())
                 if key is not None:
                     kinds |= S.identity_kinds(key, scope)
+                    if _reads_input_data(sub, func, key, scope):
+                        kinds.add("data")  # the key holds values read from the input
                     if not kinds:
                         kinds.add("shape")  # keyed on plain ints (sizes) of the call
                 if not kinds and not any(root == r for _, r in guards) and root not in guard_kinds:

@@ -735,9 +735,53 @@ def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call
                 q = sub.qualname(a, scope)
                 if q in _WIDE_TORCH:
                     wide = _WIDE_TORCH[q]
-        if wide:
+        if wide and not _only_summarized(module, func, call):
             out.append((module, func, call, recv.id, wide))
     return out
+
+
+# Methods/functions that reduce a tensor to a statistic (what a range check, a log line or a
+# cache key reads) and element-wise steps that may come before one (`x.float().abs().amax()`).
+_STAT_REDUCTIONS = frozenset({"sum", "mean", "max", "amax", "min", "amin", "norm", "item", "all", "any", "std",
+                              "var", "count_nonzero", "aminmax"})
+_STAT_STEPS = frozenset({"abs", "neg", "square", "isfinite", "isnan", "isinf", "contiguous", "view", "reshape",
+                         "flatten", "detach"})
+
+
+def _only_summarized(module: PyModule, func: FunctionInfo, node: ast.expr, depth: int = 0) -> bool:
+    """Is this converted value only reduced to statistics (`float(x.float().abs().amax())`, a sum in
+    a cache key, `torch.isfinite(x.float()).all()`), never handed on as a tensor? Then the conversion
+    widens no operand of the computation. Followed through one local name (`xs = x.float()`); an
+    unused local counts as summarized (it feeds nothing)."""
+    if depth > 3:
+        return False
+    while True:
+        parent = module.parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            call = module.parents.get(parent)
+            if not (isinstance(call, ast.Call) and call.func is parent):
+                return False
+            if parent.attr in _STAT_REDUCTIONS:
+                return True
+            if parent.attr in _STAT_STEPS:
+                node = call
+                continue
+            return False
+        if isinstance(parent, ast.Call) and node in parent.args:
+            name = call_name(parent)
+            if name in _STAT_REDUCTIONS:
+                return True
+            if name in _STAT_STEPS:
+                node = parent
+                continue
+            return False
+        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0], ast.Name):
+            var = parent.targets[0].id
+            uses = [n for n in walk_body(func.node)
+                    if isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Load)]
+            return all(_only_summarized(module, func, u, depth + 1) for u in uses)
+        return False
 
 
 def _attr_dtypes(sub: Submission) -> dict[str, str]:

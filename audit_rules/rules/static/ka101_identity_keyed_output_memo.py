@@ -20,7 +20,10 @@ same-storage probe named as corroboration. Keyed on nothing of the input at all 
 flag, a call count past the warm-up) it is DECISIVE too: every later call gets the stored output
 whatever it is given, unless some code of the module writes into the cached tensor in place
 (an ``out=`` launch, ``copy_``), which only the probe can tell from a memo. Keyed only on shapes
-it needs the probe.
+it needs the probe. Keyed on VALUES read from the input (a checksum or sum, a hash of its
+bytes, a few elements) it is DECISIVE: the benchmark's repeated calls on the same data get the
+stored output without any work (a full-content key passes every correctness probe, so only this
+reading can find it), and a sampled key also misses a change outside its sample.
 A repeat-call shortcut is decisive and names the repeat-calls probe.
 
 Bad::
@@ -80,9 +83,10 @@ def _written_in_place(module: PyModule, container: str) -> bool:
                         and _caches.is_persistent_value(node.func.value, module, func) == container):
                     return True
             elif isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Subscript) and _caches.is_persistent_value(t.value, module, func) == container
+                    isinstance(t, ast.Subscript) and _caches._slices(t)
+                    and _caches.is_persistent_value(t.value, module, func) == container
                     for t in node.targets):
-                return True
+                return True  # a slice store into the tensor (`buf[:] = ...`); `memo[key] = out` is the keyed store
     return False
 
 
@@ -109,7 +113,12 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
         identity = bool(key_kinds & IDENTITY_KEYS)
         # keyed on nothing of the input (a first-call flag, a call count, a mode flag): every call
         # past the test gets the stored output whatever it is given
-        blind = not (key_kinds - {"first_call"}) and not _written_in_place(hit.module, hit.container)
+        in_place = _written_in_place(hit.module, hit.container)
+        blind = not (key_kinds - {"first_call"}) and not in_place
+        # keyed on VALUES read from the input (a checksum, a hash of its bytes, a sample): the
+        # benchmark's repeated calls on the same data get the stored output without any work, and
+        # a sampled key also hands it back after a change outside the sample
+        by_data = "data" in key_kinds and not in_place
         out.append(
             S.py_finding(
                 RULE,
@@ -125,10 +134,14 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     "every call past it gets the stored output whatever it is given; the benchmark's "
                     "repeated calls time the return of an old result."
                     if blind
+                    else ": the key holds values read from the input (a checksum, a hash or a sample), so "
+                    "the benchmark's repeated calls on the same data time a lookup of the stored output, "
+                    "not the kernel (and a sampled key misses a change outside its sample)."
+                    if by_data
                     else ": a same-buffer in-place overwrite would get the old output back. Needs the "
                     "same-storage-overwrite probe."
                 ),
-                effect=Effect.DECISIVE_HACK if identity or blind else None,
+                effect=Effect.DECISIVE_HACK if identity or blind or by_data else None,
                 data={
                     "topic": "output_memo",
                     "cached_kind": "output",
@@ -136,6 +149,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     "container": hit.container,
                     "identity_keyed": identity,
                     "input_blind": blind,
+                    "data_keyed": by_data,
                     "where": sub.where(hit.func),
                 },
             )
