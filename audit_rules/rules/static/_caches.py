@@ -328,15 +328,11 @@ def _traced_to_input(sub: Submission, func: FunctionInfo, param: str, depth: int
     if isinstance(hit, bool):
         return hit
     sub._memo[key] = False  # recursion guard
-    params = func.params
-    idx = params.index(param) - (1 if func.cls and params and params[0] in ("self", "cls") else 0)
     res = False
     for module, caller, call in sub.callers(func):
         if caller is None:
             continue
-        arg = next((k.value for k in call.keywords if k.arg == param), None)
-        if arg is None and 0 <= idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
-            arg = call.args[idx]
+        arg = _passed_for(func, param, call)
         if arg is None:
             continue
         p, _ = data_roots(arg, module.scope(caller))
@@ -345,6 +341,24 @@ def _traced_to_input(sub: Submission, func: FunctionInfo, param: str, depth: int
             break
     sub._memo[key] = res
     return res
+
+
+def _passed_for(func: FunctionInfo, param: str, call: ast.Call) -> ast.expr | None:
+    """What a call site passes for `param`: its keyword, else its position (`self`/`cls` not
+    counted); None when it passes neither, or when a `*args` before it hides the position."""
+    params = func.params
+    idx = params.index(param) - (1 if func.cls and params and params[0] in ("self", "cls") else 0)
+    arg = next((k.value for k in call.keywords if k.arg == param), None)
+    if arg is None and 0 <= idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
+        arg = call.args[idx]
+    return arg
+
+
+def carries_input_data(sub: Submission, func: FunctionInfo, params: set[str]) -> bool:
+    """Does one of these parameters of `func` carry the caller's input data: not model state
+    (`param_is_weight`: every call site passes `self.X`) and not a size or a pointer value
+    (`param_carries_data`)?"""
+    return any(not S.param_is_weight(sub, func, p) and param_carries_data(sub, func, p) for p in params)
 
 
 def param_carries_data(sub: Submission, func: FunctionInfo, param: str, depth: int = 0) -> bool:
@@ -357,14 +371,10 @@ def param_carries_data(sub: Submission, func: FunctionInfo, param: str, depth: i
     if isinstance(hit, bool):
         return hit
     sub._memo[key] = True
-    params = func.params
-    idx = params.index(param) - (1 if func.cls and params and params[0] in ("self", "cls") else 0)
     seen = False
     res = False
     for module, caller, call in sub.callers(func):
-        arg = next((k.value for k in call.keywords if k.arg == param), None)
-        if arg is None and 0 <= idx < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: idx + 1]):
-            arg = call.args[idx]
+        arg = _passed_for(func, param, call)
         if arg is None:
             continue
         seen = True

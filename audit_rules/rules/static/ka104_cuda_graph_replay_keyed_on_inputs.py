@@ -150,7 +150,7 @@ def _holds_input_copy(sub: Submission, module: PyModule, root: str) -> bool:
             if src is None:
                 continue
             params, _ = _caches.data_roots(src, scope)
-            if any(not S.param_is_weight(sub, func, p) and _caches.param_carries_data(sub, func, p) for p in params):
+            if _caches.carries_input_data(sub, func, params):
                 return True
     return False
 

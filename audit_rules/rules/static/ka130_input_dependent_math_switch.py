@@ -141,13 +141,6 @@ def _counters(module: PyModule) -> set[str]:
     return out
 
 
-def _input_data(sub: Submission, func: FunctionInfo, params: set[str]) -> bool:
-    """Does one of these parameters carry the caller's input DATA: not model state (every call site
-    passes self.X: weights, an extension handle), and not a size (a shape dimension passed down
-    through helpers: `max(64, 2 * M)` over `M = x.shape[0]` is a tile choice, not a magnitude)?"""
-    return any(not S.param_is_weight(sub, func, p) and _caches.param_carries_data(sub, func, p) for p in params)
-
-
 def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.expr, counters: set[str]) -> str | None:
     scope = module.scope(func)
     for n in ast.walk(test):
@@ -160,7 +153,7 @@ def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.
             name = S.call_name(n)
             if name in _MAGNITUDE_CALLS or (sub.qualname(n.func, scope) or "").split(".")[-1] in _MAGNITUDE_CALLS:
                 params, _ = _caches.data_roots(n, scope)
-                if _input_data(sub, func, params):
+                if _caches.carries_input_data(sub, func, params):
                     if name not in ("any", "all") or any(
                         isinstance(x, ast.Call) and S.call_name(x) in ("isfinite", "isnan", "isinf", "abs", "gt", "lt")
                         for x in ast.walk(n)
@@ -171,7 +164,7 @@ def _test_kind(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.
                 for x in ast.walk(v):
                     if isinstance(x, ast.Call) and S.call_name(x) in ("amax", "norm", "isfinite", "isnan", "abs"):
                         params, _ = _caches.data_roots(x, scope)
-                        if _input_data(sub, func, params):
+                        if _caches.carries_input_data(sub, func, params):
                             return "magnitude"
     for n in ast.walk(test):
         if isinstance(n, ast.Compare) and any(isinstance(o, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for o in n.ops):
