@@ -28,6 +28,7 @@ import yaml
 
 from audit_rules import kaudit_version
 from audit_rules.base import AuditContext, Effect, Finding, Probe, ProblemInfo, RuleKind, Severity
+from audit_rules.memo import FileStatMemo
 from audit_rules.registry import RULES, meta_of
 from audit_rules.report import run_facts
 from audit_rules.source_model import build_submission
@@ -93,33 +94,15 @@ def _state_changes_in_contract(raw: dict[str, Any], problem_dir: Path | None, pr
     if harness is None:
         return None
     stress_py = harness / "eval" / "numeric_stress.py"
-    key = (str(stress_py), _stat_key(stress_py))
-    if key not in _SCALING_MEMO:
-        if len(_SCALING_MEMO) >= _DECK_FILES_MEMO_MAX:
-            _SCALING_MEMO.clear()
-        _SCALING_MEMO[key] = kbh.problems_scaling_state(harness)
-    table = _SCALING_MEMO[key]
+    table = _SCALING_MEMO.get(str(stress_py), (stress_py,), lambda: kbh.problems_scaling_state(harness))
     name = str(raw.get("name") or problem)
     return table.get(name) if table is not None else None
 
 
-# (harness numeric_stress.py, its stat) -> graders.kbh.problems_scaling_state: read once per harness
-_SCALING_MEMO: dict[tuple[str, tuple[int, int] | None], dict[str, bool] | None] = {}
-
-
-# (problem dir, (size, mtime_ns) of each file read) -> what problem_info reads from them. A store
-# of many runs on few problems re-reads and re-parses the same deck files for every run otherwise;
-# keyed on the files' stat, so an edited deck is read again.
-_DECK_FILES_MEMO: dict[tuple[str, tuple[tuple[int, int] | None, ...]], tuple[dict[str, Any], bool | None, str | None]] = {}
-_DECK_FILES_MEMO_MAX = 1024
-
-
-def _stat_key(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns) if path.is_file() else None
+# harness numeric_stress.py -> graders.kbh.problems_scaling_state
+_SCALING_MEMO: FileStatMemo[dict[str, bool] | None] = FileStatMemo(64)
+# problem dir -> what _deck_problem_files reads from problem.yaml, check.py and reference.py
+_DECK_FILES_MEMO: FileStatMemo[tuple[dict[str, Any], bool | None, str | None]] = FileStatMemo(1024)
 
 
 def _deck_problem_files(problem_dir: Path | None) -> tuple[dict[str, Any], bool | None, str | None]:
@@ -127,20 +110,17 @@ def _deck_problem_files(problem_dir: Path | None) -> tuple[dict[str, Any], bool 
     if problem_dir is None:
         return {}, None, None
     yaml_path, check_py, ref_py = problem_dir / PROBLEM_YAML, problem_dir / CHECK_PY, problem_dir / "reference.py"
-    key = (str(problem_dir), (_stat_key(yaml_path), _stat_key(check_py), _stat_key(ref_py)))
-    hit = _DECK_FILES_MEMO.get(key)
-    if hit is None:
+
+    def read() -> tuple[dict[str, Any], bool | None, str | None]:
         raw: dict[str, Any] = {}
         if yaml_path.is_file():
             loaded = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
             if isinstance(loaded, dict):
                 raw = loaded
         reference = ref_py.read_text(encoding="utf-8", errors="replace") if ref_py.is_file() else None
-        hit = (raw, check_loops_all_shapes(check_py), reference)
-        if len(_DECK_FILES_MEMO) >= _DECK_FILES_MEMO_MAX:
-            _DECK_FILES_MEMO.clear()
-        _DECK_FILES_MEMO[key] = hit
-    raw, check_covers, reference = hit
+        return raw, check_loops_all_shapes(check_py), reference
+
+    raw, check_covers, reference = _DECK_FILES_MEMO.get(str(problem_dir), (yaml_path, check_py, ref_py), read)
     return copy.deepcopy(raw), check_covers, reference  # each audit its own problem.yaml dict
 
 

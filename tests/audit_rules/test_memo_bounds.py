@@ -89,3 +89,42 @@ def test_memos_stay_bounded_after_many_distinct_sources(decks: Any) -> None:
         assert 0 < len(memo) <= memo.maxsize, (name, len(memo), memo.maxsize)
     assert len(S._GLOBALS_CACHE) == S.MODULE_CACHE_SIZE and len(_BODY_CACHE) == BODY_CACHE_SIZE  # full, not cleared
     assert _audit(0, decks) == first  # evicted long ago: recomputed, same findings
+
+
+def test_file_stat_memo_rereads_an_edited_file_and_stays_bounded(tmp_path: Any) -> None:
+    from audit_rules.memo import FileStatMemo
+
+    memo: FileStatMemo[str] = FileStatMemo(maxsize=2)
+    f = tmp_path / "problem.yaml"
+    f.write_text("a: 1\n")
+    reads: list[str] = []
+
+    def read() -> str:
+        reads.append(f.read_text())
+        return reads[-1]
+
+    assert memo.get("p", [f], read) == "a: 1\n"
+    assert memo.get("p", [f], read) == "a: 1\n"
+    assert len(reads) == 1  # the same file, unchanged: read once
+    f.write_text("a: 22\n")  # an edited deck file (its size changes) is read again
+    assert memo.get("p", [f], read) == "a: 22\n"
+    assert len(reads) == 2
+    g = tmp_path / "missing.yaml"
+    memo.get("q", [g], lambda: "none")
+    assert len(memo) == 2  # bounded: the oldest entry went
+    assert memo.get("p", [f], read) == "a: 22\n" and len(reads) == 2  # the recent one stays
+
+
+def test_problem_info_follows_an_edited_deck(tmp_path: Any) -> None:
+    from audit_rules.engine import problem_info
+    from ingest.model import DeckSnapshot
+
+    prob = tmp_path / "01_x"
+    prob.mkdir()
+    (prob / "problem.yaml").write_text("precision: fp8_e4m3\n")
+    deck = DeckSnapshot(name="d", problems={"01_x": {}}, root=tmp_path)
+    info = problem_info([deck], "01_x")
+    assert info is not None and info.precision == "fp8"
+    (prob / "problem.yaml").write_text("precision: bfloat16  # edited\n")  # another size: mtime alone may tie
+    info = problem_info([deck], "01_x")
+    assert info is not None and info.precision == "bf16"
