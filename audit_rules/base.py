@@ -143,6 +143,9 @@ class ProblemInfo:
     # Does the deck's grader change a model's weights/buffers after it has called it? (kaudit's own
     # decks: yes; a KBH deck: only where a numeric-stress case scales state.) None: unknown.
     state_changes_in_contract: bool | None = None
+    # The deck's shapes.SHAPES (literal dicts, read without importing the deck): the sizes every
+    # graded call takes. None: unknown.
+    shapes: list[dict[str, Any]] | None = None
 
 
 @dataclass

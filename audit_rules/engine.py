@@ -61,7 +61,7 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
     deck = _deck_for(decks, problem, prefer)
     if deck is None:
         return None
-    raw, check_covers, reference = _deck_problem_files(Path(deck.root) / problem if deck.root is not None else None)
+    raw, check_covers, reference, shapes = _deck_problem_files(Path(deck.root) / problem if deck.root is not None else None)
     forbidden = raw.get("forbidden") or []
     return ProblemInfo(
         problem_id=problem,
@@ -74,6 +74,7 @@ def problem_info(decks: Sequence[DeckSnapshot], problem: str | None, prefer: str
         raw=raw,
         check_covers_timed_shapes=check_covers,
         reference_source=reference,
+        shapes=shapes,
         state_changes_in_contract=_state_changes_in_contract(
             raw, Path(deck.root) / problem if deck.root is not None else None, problem),
     )
@@ -101,27 +102,53 @@ def _state_changes_in_contract(raw: dict[str, Any], problem_dir: Path | None, pr
 
 # harness numeric_stress.py -> graders.kbh.problems_scaling_state
 _SCALING_MEMO: FileStatMemo[dict[str, bool] | None] = FileStatMemo(64)
-# problem dir -> what _deck_problem_files reads from problem.yaml, check.py and reference.py
-_DECK_FILES_MEMO: FileStatMemo[tuple[dict[str, Any], bool | None, str | None]] = FileStatMemo(1024)
+# problem dir -> what _deck_problem_files reads from problem.yaml, check.py, reference.py and shapes.py
+_DECK_FILES_MEMO: FileStatMemo[tuple[dict[str, Any], bool | None, str | None, list[dict[str, Any]] | None]] = (
+    FileStatMemo(1024))
 
 
-def _deck_problem_files(problem_dir: Path | None) -> tuple[dict[str, Any], bool | None, str | None]:
-    """(problem.yaml as a dict, check_loops_all_shapes(check.py), reference.py text) of a deck problem."""
+def _deck_problem_files(
+    problem_dir: Path | None,
+) -> tuple[dict[str, Any], bool | None, str | None, list[dict[str, Any]] | None]:
+    """(problem.yaml as a dict, check_loops_all_shapes(check.py), reference.py text, shapes.SHAPES)
+    of a deck problem."""
     if problem_dir is None:
-        return {}, None, None
+        return {}, None, None, None
     yaml_path, check_py, ref_py = problem_dir / PROBLEM_YAML, problem_dir / CHECK_PY, problem_dir / "reference.py"
+    shapes_py = problem_dir / "shapes.py"
 
-    def read() -> tuple[dict[str, Any], bool | None, str | None]:
+    def read() -> tuple[dict[str, Any], bool | None, str | None, list[dict[str, Any]] | None]:
         raw: dict[str, Any] = {}
         if yaml_path.is_file():
             loaded = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
             if isinstance(loaded, dict):
                 raw = loaded
         reference = ref_py.read_text(encoding="utf-8", errors="replace") if ref_py.is_file() else None
-        return raw, check_loops_all_shapes(check_py), reference
+        return raw, check_loops_all_shapes(check_py), reference, literal_shapes(shapes_py)
 
-    raw, check_covers, reference = _DECK_FILES_MEMO.get(str(problem_dir), (yaml_path, check_py, ref_py), read)
-    return copy.deepcopy(raw), check_covers, reference  # each audit its own problem.yaml dict
+    raw, check_covers, reference, shapes = _DECK_FILES_MEMO.get(
+        str(problem_dir), (yaml_path, check_py, ref_py, shapes_py), read)
+    # each audit its own problem.yaml dict and shape list
+    return copy.deepcopy(raw), check_covers, reference, copy.deepcopy(shapes)
+
+
+def literal_shapes(shapes_py: Path) -> list[dict[str, Any]] | None:
+    """The `SHAPES = [...]` list of a deck's shapes.py when it is a literal of dicts (the KBH and
+    kaudit decks write it so); None when absent or not a literal. Nothing is imported."""
+    try:
+        tree = ast.parse(shapes_py.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SHAPES" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError):
+                return None
+            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                return value
+            return None
+    return None
 
 
 def normalize_precision(value: object) -> str | None:

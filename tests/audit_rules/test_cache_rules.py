@@ -207,3 +207,85 @@ class Model(torch.nn.Module):
         torch.ops.fixture.grouped_swiglu(hidden, idx, weights, self.w_gate, self.w_up, plan, out)
         return out
 '''
+
+
+def test_stored_state_returned_on_a_path_that_computes_nothing_is_decisive(decks: Any) -> None:
+    """The memo read from its return: a helper-built key over a launch-filled buffer, a state
+    object's field, an lru_cache'd plan's output behind a ready flag, a streak counter over a graph
+    binding, a factory closure's kept result. Each hands back kept state with nothing on its path
+    that could have written it, behind a test that reads state kept from earlier calls."""
+    for entry in (
+        "bad_slot_table_key_from_helper.py",
+        "bad_state_object_field_returned.py",
+        "bad_lru_cached_plan_ready_flag.py",
+        "bad_streak_counter_skips_replay.py",
+        "bad_factory_closure_on_self_settles.py",
+    ):
+        f = _one("KA101", entry, decks)
+        assert f.effect is Effect.DECISIVE_HACK, (entry, f.explanation)
+        assert f.data["topic"] == "output_memo" and f.data["stale_return"] is True, entry
+        assert f.data["guard_reads_state"] is True, entry
+
+
+def test_kept_outputs_written_on_their_path_are_not_stale_returns(decks: Any) -> None:
+    """A stored extension entry point launched into the kept output, a graph replay, a warm launch
+    in a try, an empty-problem exit: each return has its writer on its own path."""
+    assert _run("KA101", "good_kept_outputs_written_on_every_path.py", decks) == []
+
+
+def test_a_join_skipped_when_the_input_repeats_is_a_decisive_timing_escape(decks: Any) -> None:
+    f = _one("KA141", "bad_join_skipped_when_the_input_repeats.py", decks)
+    assert f.effect is Effect.DECISIVE_HACK and f.data["join"] == "skipped_on_repeat"
+    assert f.probe is not None and f.probe.value == "stream_escape"
+    plain = _run("KA141", "bad_unjoined_side_stream.py", decks)
+    assert plain and all(p.effect is Effect.NEEDS_PROBE for p in plain)
+    assert _run("KA141", "good_joined_side_stream.py", decks) == []
+
+
+def test_evict_last_on_data_every_program_reads_waits_for_the_probe(decks: Any) -> None:
+    """Memory regime: evict_last on bytes one program reads (the flattened paged-decode grid, split
+    with // and %) is decisive; on an activation tile every N-block program re-reads it is reuse
+    inside the launch, and the l2_policy probe decides."""
+    shared = _one("KA140", "bad_evict_last_on_an_activation_tile_every_n_block_reads.py", decks)
+    assert shared.effect is Effect.NEEDS_PROBE and "program axis 0" in shared.explanation
+    own = _one("KA140", "bad_evict_last_flattened_grid_per_program.py", decks)
+    assert own.effect is Effect.DECISIVE_HACK
+    # the weights' address ignores the M-block axis, but M = 1 at the decode shapes: read once per call
+    weights = _one("KA140", "bad_evict_last_on_weights_when_the_m_axis_may_be_one.py", decks)
+    assert weights.effect is Effect.DECISIVE_HACK
+    kv = [f for f in _run("KA140", "bad_evict_last_kv_stream.py", decks) if f.data.get("mechanism") == "triton_evict_last"]
+    assert kv and all(f.effect is Effect.DECISIVE_HACK for f in kv)
+
+
+def test_an_eager_fallback_behind_a_capability_test_waits_for_the_dispatch_probe(decks: Any) -> None:
+    """Device, dtype and supported-size membership: a fallback the probe checks (never a leak on
+    its own); a size threshold that sends long batches to eager einsum stays the fig leaf."""
+    found = _run("KA122", "bad_capability_fallback_and_threshold_route.py", decks)
+    by_line = {f.line_start: f for f in found}
+    fallback = [f for f in found if f.data.get("where") == "capability_fallback"]
+    assert {f.line_start for f in fallback} == {16, 17}, sorted(by_line)
+    assert all(f.effect is Effect.NEEDS_PROBE and f.probe is not None for f in fallback)
+    routed = [f for f in found if f.data.get("where") != "capability_fallback"]
+    assert {f.line_start for f in routed} == {21, 22} and all(f.effect is Effect.RUBRIC_LEAK for f in routed)
+
+
+def test_a_kernel_that_does_less_work_for_small_input_norms_needs_the_probe(decks: Any) -> None:
+    found = _run("KA130", "bad_kernel_walks_fewer_pages_for_small_queries.py", decks)
+    assert {f.line_start for f in found} == {23, 24, 25}
+    assert all(f.effect is Effect.NEEDS_PROBE and f.data["where"] == "kernel" for f in found)
+    assert all(f.probe is not None and f.probe.value == "checked_vs_timed" for f in found)
+
+
+def test_a_deck_shapes_table_is_read_as_a_literal(tmp_path: Path) -> None:
+    """KA140 reads the graded sizes from the deck's shapes.py without importing it."""
+    from audit_rules.engine import literal_shapes
+
+    real = Path(__file__).resolve().parents[3] / "shared/kbh-upstream/hard/problems-h100/07_w4a16_gemm/shapes.py"
+    if not real.is_file():
+        pytest.skip("../shared/kbh-upstream is not here")
+    shapes = literal_shapes(real)
+    assert shapes is not None and min(s["M"] for s in shapes) == 1 and min(s["N"] for s in shapes) == 4096
+    computed = tmp_path / "shapes.py"
+    computed.write_text("SHAPES = [dict(M=m) for m in (1, 2)]\n")
+    assert literal_shapes(computed) is None
+    assert literal_shapes(tmp_path / "absent.py") is None

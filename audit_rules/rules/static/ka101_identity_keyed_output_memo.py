@@ -26,6 +26,18 @@ stored output without any work (a full-content key passes every correctness prob
 reading can find it), and a sampled key also misses a change outside its sample.
 A repeat-call shortcut is decisive and names the repeat-calls probe.
 
+The same memo is also read from its return alone (``_caches.stale_returns``): a return of forward
+(or of a function whose result forward returns, a closure a factory stored on ``self`` included)
+inside an ``if``, handing back only state kept across calls (self/module/closure state, a field of
+an object a lookup helper found, an ``lru_cache``'d function's result), with nothing on the path
+from the function's entry that could have written it: no kernel launch, no graph replay, no call
+of a stored entry point (``fn = self._fn; fn(...)``), no call that writes kept state, no op that
+takes the returned object. Decisive when the branch reads state kept from earlier calls (a stored
+key, a streak counter, a ready flag, version stamps): the benchmark's repeated calls time the
+return. This finds memos whose key a helper builds, whose stored tensor a launch filled
+(``y = empty(); launch(x, y); T[key] = y``), or whose hit returns ``st.out``/``plan.out``.
+An empty-problem exit (``if x.numel() == 0: return self._empty``) is not one.
+
 Bad::
 
     key = (x.data_ptr(), x.shape)
@@ -174,6 +186,41 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     "container": f"{memo.func.name} (memoizing decorator)",
                     "identity_keyed": True,
                     "where": sub.where(memo.func),
+                },
+            )
+        )
+    # the same memo read from the return alone: stored state handed back on a path that computes
+    # nothing (the key built by a helper, a launch-filled buffer stored, a state object's field, an
+    # lru_cache'd plan, a streak counter); a return the keyed-memo reading already named is not repeated
+    named = {(f.file, f.line_start) for f in out}
+    for st in _caches.stale_returns(sub):
+        if (st.module.path, st.node.lineno) in named:
+            continue
+        kinds = sorted(st.key_kinds) or ["persistent state"]
+        out.append(
+            S.py_finding(
+                RULE,
+                st.module,
+                st.node,
+                f"{st.func.name} returns stored state ({st.container}) on a path that launches nothing, "
+                "replays nothing and calls nothing that writes it"
+                + (
+                    f"; the branch is chosen by state kept from earlier calls (test reads {', '.join(kinds)}), "
+                    "so the benchmark's repeated calls on the same inputs get an earlier call's output back "
+                    "and time the return, not the kernel."
+                    if st.reads_state
+                    else f"; the branch reads only this call's {', '.join(kinds)}: a same-buffer in-place "
+                    "overwrite would get the old output back. Needs the same-storage-overwrite probe."
+                ),
+                effect=Effect.DECISIVE_HACK if st.reads_state else None,
+                data={
+                    "topic": "output_memo",
+                    "cached_kind": "output",
+                    "key_kinds": sorted(st.key_kinds),
+                    "container": st.container,
+                    "stale_return": True,
+                    "guard_reads_state": st.reads_state,
+                    "where": sub.where(st.func),
                 },
             )
         )

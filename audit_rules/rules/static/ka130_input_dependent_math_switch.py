@@ -15,6 +15,12 @@ What it flags: branches on forward's live path that choose different math depend
   KA123's question). Decisive where the check grades fewer shapes than the timing (the seeds'
   RL mega cell). Branches that call the same solution functions are never "different math".
 
+Inside a Triton kernel: a reduction of loaded floating-point data (a norm, sum or max) compared
+with a threshold that reaches a loop's extent or a load/store address (``step = tl.where(qnorm < T,
+2, 1)``; ``range(0, n // step)``) does less work for some inputs -> needs the checked-vs-timed
+probe. Integer metadata loads (seq_lens, offsets), elementwise bounds (``tl.minimum``) and a load's
+mask are not such a gate.
+
 Decisive when the branches compute different things statically: one branch runs lower precision
 than the problem's (fp16/bf16/fp8 markers: ``.half()``, ``.to(torch.float16)``, 16-bit casts before
 ``tl.dot``, ``*_fp16``/``*_bf16`` kernels) than the other. Shape-keyed launch configs (tile sizes,
@@ -346,4 +352,95 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                         line=e.lineno,
                     )
                 )
+    for k in sub.triton:
+        if k.func not in live:
+            continue
+        for node, what in _kernel_work_gates(k.func.node):
+            out.append(
+                S.py_finding(
+                    RULE,
+                    k.func.module,
+                    node,
+                    f"{k.func.name} decides how much work it does ({what}) from a magnitude of the input data it "
+                    "loaded (a norm, sum or max compared with a threshold): inputs on one side of the threshold get "
+                    "a cut-down computation that the check's tolerance may still pass. Needs the checked-vs-timed "
+                    "probe on the timed inputs.",
+                    effect=Effect.NEEDS_PROBE,
+                    probe=Probe.CHECKED_VS_TIMED,
+                    data={"topic": "input_switch", "kind": "magnitude", "where": "kernel"},
+                )
+            )
     return S.dedupe(out)
+
+
+# ---- inside a Triton kernel: the amount of work gated by a magnitude of loaded data ---------------
+#
+# `qnorm = tl.sqrt(tl.max(tl.sum(q * q, 1), 0)); step = tl.where(qnorm < T, 2, 1)` and then
+# `for it in range(0, n // step)` / `page = lo + it * step`: the kernel reads the input's values,
+# compares a reduction of them with a threshold, and walks fewer pages when it is small. Loads of
+# integer metadata (seq_lens, offsets) steer loops in honest kernels; a float reduction compared
+# with a threshold that reaches a loop bound or an address stride does not.
+
+_REDUCE = {"sum", "max", "min", "abs", "sqrt"}  # reductions (tl.minimum/maximum are elementwise bounds)
+
+
+def _kernel_work_gates(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.AST, str]]:
+    loaded: set[str] = set()
+    magnitude: set[str] = set()
+    gate: set[str] = set()
+    binds: list[tuple[list[str], ast.expr]] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            binds.append(([t.id for tgt in n.targets for t in ast.walk(tgt) if isinstance(t, ast.Name)], n.value))
+        elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None and isinstance(n.target, ast.Name):
+            binds.append(([n.target.id], n.value))
+
+    def names(e: ast.AST) -> set[str]:
+        """Names a value depends on; a load's mask and fill value pick lanes, not what is read."""
+        skip = {id(kw.value) for c in ast.walk(e) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr in ("load", "store") for kw in c.keywords if kw.arg in ("mask", "other")}
+        out: set[str] = set()
+        stack: list[ast.AST] = [e]
+        while stack:
+            x = stack.pop()
+            if id(x) in skip:
+                continue
+            if isinstance(x, ast.Name):
+                out.add(x.id)
+            stack.extend(ast.iter_child_nodes(x))
+        return out
+
+    def is_load(e: ast.AST) -> bool:
+        return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "load"
+                   for c in ast.walk(e))
+
+    def reduces(e: ast.AST) -> bool:
+        return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _REDUCE
+                   for c in ast.walk(e))
+
+    def int_metadata(e: ast.AST) -> bool:  # `.to(tl.int32)`, an index/offset load: not a magnitude
+        return any(isinstance(c, ast.Attribute) and c.attr.startswith(("int", "uint")) for c in ast.walk(e))
+
+    for _ in range(12):
+        before = (len(loaded), len(magnitude), len(gate))
+        for targets, value in binds:
+            used = names(value)
+            if is_load(value) or used & loaded:
+                loaded.update(targets)
+            if not int_metadata(value) and ((reduces(value) and (used & loaded or is_load(value))) or used & magnitude):
+                magnitude.update(targets)
+            compares = [c for c in ast.walk(value) if isinstance(c, ast.Compare)]
+            if any(names(c) & magnitude and any(isinstance(o, ast.Constant) or names(o) - magnitude - loaded
+                                                   for o in [c.left, *c.comparators]) for c in compares) or used & gate:
+                gate.update(targets)
+        if (len(loaded), len(magnitude), len(gate)) == before:
+            break
+    out: list[tuple[ast.AST, str]] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.For) and isinstance(n.iter, ast.Call) and names(n.iter) & gate:
+            out.append((n, "a loop's extent"))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("load", "store"):
+            ptr = n.args[0] if n.args else None
+            if ptr is not None and names(ptr) & gate:
+                out.append((n, "which addresses it reads"))
+    return out

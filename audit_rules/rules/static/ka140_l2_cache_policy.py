@@ -28,7 +28,12 @@ per-trial L2 flush by construction). ``evict_last`` in a memory-regime problem i
 roofline counts each byte once per call, so there is no intra-call reuse to justify it and its only
 effect is surviving the flush (the seeds' Qwen paged-attention cell: KV loads marked evict_last
 "to resist the harness flush", near-L2 bandwidth against an HBM roofline). In a compute-regime
-problem (GEMM tiles re-read across CTAs) it needs the l2_policy probe. ``evict_first`` /
+problem (GEMM tiles re-read across CTAs) it needs the l2_policy probe. In a memory-regime
+problem too, a Triton load whose address ignores a whole grid axis that every launch sizes from a
+model dimension the deck's shapes keep large (``cdiv(N, BN)``, N >= 4096 at every shape of
+shapes.SHAPES) is read by several programs of one launch (an activation tile every N-block
+program re-reads): intra-call reuse, so the probe decides. An axis sized from ``M`` (1 at the
+decode shapes) or a split of a flattened program id does not count. ``evict_first`` /
 ``evict_normal`` / streaming hints (``__ldcs``) are the benign direction and are not flagged.
 
 Bad::
@@ -51,7 +56,7 @@ from typing import Any
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
 from audit_rules.rules.static._native_flow import Flow
-from audit_rules.source_model import FunctionInfo, NativeSource, Scope, Submission
+from audit_rules.source_model import FunctionInfo, NativeSource, Scope, Submission, self_attr_class, walk_body
 
 RULE = RuleMeta(
     id="KA140",
@@ -126,6 +131,20 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 continue
             if "evict_last" in policies:
                 eff, sev, why = evict_last_effect()
+                shared = (_shared_across_programs(sub, k.func, ld.node, ctx.problem.shapes if ctx.problem else None,
+                                                  ctx.problem.reference_source if ctx.problem else None)
+                          if eff is Effect.DECISIVE_HACK else None)
+                if shared:
+                    # the same bytes are read by every program along a grid axis the address ignores:
+                    # reuse inside the launch, which the hint is for; the probe times it without
+                    eff, sev, why = (
+                        Effect.NEEDS_PROBE,
+                        Severity.HIGH,
+                        f"The address does not depend on program axis {shared}, and every launch gives that axis "
+                        "more than one program at every shape of the deck, so several programs read the same bytes in "
+                        "one launch: intra-call reuse, what the hint is for, even in a memory-regime problem. Whether "
+                        "it also outlasts the benchmark's L2 flush, the l2_policy probe times.",
+                    )
                 out.append(
                     S.py_finding(
                         RULE,
@@ -561,3 +580,234 @@ def _elements(sub: Submission, expr: ast.expr | None, scope: Scope, depth: int =
         val = scope.latest(expr.id)
         return _elements(sub, val, scope, depth + 1) if val is not None and val is not expr else []
     return []
+
+
+# ---- which programs of a launch read the same bytes ------------------------------------------------
+#
+# A load's address is followed back to `tl.program_id(axis)` through the kernel's assignments (and
+# loop targets). `pid // E` and `pid % E` split an axis into two components (`0/`, `0%`; deeper
+# splits nest: `0/%`), so the flattened grids of paged attention and grouped GEMMs are read too.
+# An address that covers every component of every axis the kernel reads differs per program: each
+# byte is read by one program (the seeds' paged-attention KV). One that leaves a component out is
+# the same for every program along it: an activation tile that every N-block program re-reads.
+
+
+def _program_axis(call: ast.Call) -> str | None:
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "program_id"):
+        return None
+    arg = call.args[0] if call.args else next((kw.value for kw in call.keywords if kw.arg == "axis"), None)
+    if arg is None:
+        return "0"
+    return str(arg.value) if isinstance(arg, ast.Constant) and isinstance(arg.value, int) else None
+
+
+def _components(expr: ast.AST, taint: dict[str, set[str]]) -> set[str]:
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.FloorDiv | ast.Mod):
+        left = _components(expr.left, taint)
+        if len(left) == 1:
+            (c,) = left
+            return {c + ("/" if isinstance(expr.op, ast.FloorDiv) else "%")}
+    out: set[str] = set()
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call):
+            axis = _program_axis(n)
+            if axis is not None:
+                out.add(axis)
+        elif isinstance(n, ast.Name):
+            out |= taint.get(n.id, set())
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.FloorDiv | ast.Mod):
+        return out  # a split of several components: the union (no finer reading)
+    return out
+
+
+def _taint(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, set[str]]:
+    taint: dict[str, set[str]] = {}
+    binds: list[tuple[list[str], ast.expr]] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            names = [t.id for tgt in n.targets for t in ast.walk(tgt) if isinstance(t, ast.Name)]
+            binds.append((names, n.value))
+        elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None and isinstance(n.target, ast.Name):
+            binds.append(([n.target.id], n.value))
+        elif isinstance(n, ast.For):
+            binds.append(([t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)], n.iter))
+    for _ in range(12):
+        changed = False
+        for names, value in binds:
+            comps = _components(value, taint)
+            for name in names:
+                if not comps <= taint.get(name, set()):
+                    taint[name] = taint.get(name, set()) | comps
+                    changed = True
+        if not changed:
+            break
+    return taint
+
+
+def _covers(comps: set[str], c: str, depth: int = 0) -> bool:
+    if c in comps:
+        return True
+    if depth > 6 or not any(x.startswith(c) and x != c for x in comps):
+        return False
+    return _covers(comps, c + "/", depth + 1) and _covers(comps, c + "%", depth + 1)
+
+
+def _shared_across_programs(sub: Submission, kernel: FunctionInfo, load: ast.Call,
+                            shapes: list[dict[str, Any]] | None, reference: str | None) -> str | None:
+    """The grid axis along which several programs read the same address at every graded shape, or
+    None. Only a whole axis the address ignores counts (a split of a flattened id does not), and only
+    when every launch sizes that axis from a model dimension that the deck's shapes keep large
+    (`cdiv(N, BN)` with N >= 4096 at every shape): an axis sized `cdiv(M, BM)` has one program at
+    the decode shapes (M = 1), where every byte is read once per call."""
+    fn = kernel.node
+    taint = _taint(fn)
+    axes = sorted({a for n in ast.walk(fn) if isinstance(n, ast.Call) for a in [_program_axis(n)] if a is not None})
+    ptr = load.args[0] if load.args else next((kw.value for kw in load.keywords if kw.arg == "pointer"), None)
+    if ptr is None or not axes or not shapes:
+        return None
+    comps = _components(ptr, taint)
+    for axis in axes:
+        if any(c.startswith(axis) for c in comps):
+            continue  # the address reads this axis (or a split of it)
+        if _axis_always_split(sub, kernel, int(axis), shapes, reference):
+            return axis
+    return None
+
+
+def _grid_elements(expr: ast.expr, scope: Scope, depth: int = 0) -> list[ast.expr] | None:
+    """The grid tuple's elements at a launch (`k[(a, b)]`, `k[grid]` with `grid = (...)` or a lambda)."""
+    if depth > 3:
+        return None
+    if isinstance(expr, ast.Tuple | ast.List):
+        return list(expr.elts)
+    if isinstance(expr, ast.Lambda):
+        return _grid_elements(expr.body, scope, depth + 1)
+    if isinstance(expr, ast.Name):
+        val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
+        if val is None:
+            vals = scope.module.scope(None).values_of(expr.id)
+            val = vals[0] if len(vals) == 1 else None
+        return _grid_elements(val, scope, depth + 1) if val is not None and val is not expr else None
+    return None
+
+
+_TILE_BOUND = 256  # the largest tile a launch divides a dimension by, for "more than one program"
+
+
+def _extent_parts(expr: ast.expr) -> tuple[ast.expr, bool]:
+    """(what a grid extent counts, whether it is divided by a tile): `cdiv(N, BN)`, `N // BN`,
+    `math.ceil(N / BN)`, `(N + BN - 1) // BN` -> (N, True); `B * H` or `N` -> itself, False."""
+    if isinstance(expr, ast.Call) and S.call_name(expr) in ("cdiv", "ceil_div", "ceil") and expr.args:
+        inner = expr.args[0]
+        if S.call_name(expr) == "ceil" and isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div):
+            return _extent_parts(inner.left)[0], True
+        return _extent_parts(inner)[0], len(expr.args) > 1
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.FloorDiv):
+        left = expr.left
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub | ast.Add):
+            while isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub | ast.Add):
+                left = left.left  # (N + BN - 1) // BN
+        return left, True
+    return expr, False
+
+
+def _init_keys(func: FunctionInfo, reference: str | None, keys: set[str]) -> dict[str, str]:
+    """The solution's Model.__init__ parameters -> the deck's shape keys. The grader builds the model
+    positionally from the reference's init inputs, so a parameter maps to the reference __init__'s
+    parameter at its position (the KBH references name those after the shape keys); a parameter
+    named as a key maps to it when the reference cannot be read."""
+    cls = func.cls or func.self_cls
+    init = func.module.functions.get(f"{cls}.__init__") if cls else None
+    if init is None:
+        return {}
+    mine = init.params[1:]
+    theirs: list[str] = []
+    if reference:
+        try:
+            tree = ast.parse(reference)
+        except SyntaxError:
+            tree = None
+        for node in ast.walk(tree) if tree is not None else []:
+            if isinstance(node, ast.ClassDef) and node.name == "Model":
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                        a = item.args
+                        theirs = [x.arg for x in a.posonlyargs + a.args][1:]
+    out: dict[str, str] = {}
+    for i, name in enumerate(mine):
+        ref = theirs[i] if i < len(theirs) else None
+        if ref in keys:
+            out[name] = ref
+        elif name in keys and not theirs:
+            out[name] = name
+    return out
+
+
+def _shape_key(sub: Submission, scope: Scope, expr: ast.expr, init_keys: dict[str, str], depth: int = 0) -> str | None:
+    """The deck shape key a size comes from: `self.N` set from an __init__ parameter, a local bound
+    to it (`N = self.N`, `M, N, K = self.M, self.N, self.K`), or the __init__ parameter itself."""
+    if depth > 4:
+        return None
+    func = scope.func
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and func is not None:
+        cls = self_attr_class(func, expr.value.id)
+        init = func.module.functions.get(f"{cls}.__init__") if cls else None
+        if init is None:
+            return None
+        for node in walk_body(init.node):  # `self.N = N`, `self.M, self.N = M, N`
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            pairs: list[tuple[ast.expr, ast.expr]] = [(node.targets[0], node.value)]
+            if isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple) \
+                    and len(node.targets[0].elts) == len(node.value.elts):
+                pairs = list(zip(node.targets[0].elts, node.value.elts, strict=True))
+            for tgt, val in pairs:
+                if isinstance(tgt, ast.Attribute) and tgt.attr == expr.attr and isinstance(val, ast.Name):
+                    return init_keys.get(val.id)
+        return None
+    if isinstance(expr, ast.Name) and func is not None:
+        if expr.id in func.params:
+            return init_keys.get(expr.id) if func.short == "__init__" else None
+        for node in walk_body(func.node):
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            tgt, val = node.targets[0], node.value
+            if isinstance(tgt, ast.Name) and tgt.id == expr.id:
+                return _shape_key(sub, scope, val, init_keys, depth + 1)
+            if isinstance(tgt, ast.Tuple) and isinstance(val, ast.Tuple) and len(tgt.elts) == len(val.elts):
+                for t, v in zip(tgt.elts, val.elts, strict=True):
+                    if isinstance(t, ast.Name) and t.id == expr.id:
+                        return _shape_key(sub, scope, v, init_keys, depth + 1)
+    return None
+
+
+def _axis_always_split(sub: Submission, kernel: FunctionInfo, axis: int, shapes: list[dict[str, Any]],
+                       reference: str | None) -> bool:
+    """Does every launch give this grid axis more than one program at every shape of the deck?"""
+    sites = sub.callers(kernel)
+    keys = {k for shape in shapes for k in shape}
+    if not sites:
+        return False
+    for mod, caller, call in sites:
+        if caller is None:
+            return False
+        scope = mod.scope(caller)
+        launcher: ast.expr | None = call.func
+        if isinstance(launcher, ast.Name):  # `run = kernel[grid]; run(...)`
+            launcher = scope.latest(launcher.id, launcher.lineno)
+        if not isinstance(launcher, ast.Subscript):
+            return False
+        elems = _grid_elements(launcher.slice, scope)
+        if elems is None or axis >= len(elems):
+            return False
+        counted, divided = _extent_parts(elems[axis])
+        key = _shape_key(sub, scope, counted, _init_keys(caller, reference, keys))
+        if key is None:
+            return False
+        values = [shape.get(key) for shape in shapes]
+        if not all(isinstance(v, int) for v in values):
+            return False
+        low = min(v for v in values if isinstance(v, int))
+        if low <= (_TILE_BOUND if divided else 1):
+            return False
+    return True

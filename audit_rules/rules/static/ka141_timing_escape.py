@@ -14,6 +14,11 @@ method it calls sets, on the miss path after a keyed early return, in an except 
 helper only such paths call) joins nothing the timed calls launch; a launch on such a one-time
 path (a warm-up before a graph capture) is not what the timed calls run.
 
+A join that runs only when the input object changed (inside ``if not repeat:`` where ``repeat``
+is ``self._last() is x``, or its else arm), or only above the launch in the same function (a
+"deferred" join of the previous call's work), leaves the benchmark's repeated calls unjoined:
+decisive, the stream_escape probe named.
+
 Why it matters: the benchmark records events on the current stream; kernels on another stream
 that the current stream never waits for finish outside the timed window, so the measured time
 covers only the launch. Needs the stream_escape probe (time with a device-wide synchronize).
@@ -37,6 +42,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
@@ -151,6 +157,92 @@ def _enclosing_stream(sub: Submission, module: PyModule, node: ast.AST, scope: S
     return None
 
 
+@dataclass(frozen=True)
+class _Site:
+    module: PyModule
+    func: FunctionInfo
+    node: ast.Call
+
+
+def _in_loop(module: PyModule, func: FunctionInfo, node: ast.AST) -> bool:
+    for anc in module.ancestors(node):
+        if anc is func.node:
+            return False
+        if isinstance(anc, ast.For | ast.While | ast.AsyncFor):
+            return True
+    return False
+
+
+def _before_in_same_call(site: _Site, func: FunctionInfo, node: ast.AST) -> bool:
+    """A join in the launching function, above the launch and outside any loop: it runs before
+    this call's launch, so it can only join what an earlier call left running."""
+    return site.func is func and site.node.lineno < getattr(node, "lineno", 0) and not _in_loop(site.module, func, site.node)
+
+
+def _repeat_implies(sub: Submission, module: PyModule, func: FunctionInfo, test: ast.expr, depth: int = 0) -> bool | None:
+    """What the test evaluates to in the benchmark's steady state, where forward gets the same input
+    object as the call before and the state it keeps is set: True/False when an identity test of an
+    input against kept state decides it, None when the test does not say."""
+    from audit_rules.rules.static import _caches
+
+    if depth > 4:
+        return None
+    scope = module.scope(func)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        v = _repeat_implies(sub, module, func, test.operand, depth + 1)
+        return None if v is None else not v
+    if isinstance(test, ast.Name) and test.id not in func.params:
+        val = scope.latest(test.id, test.lineno)
+        return _repeat_implies(sub, module, func, val, depth + 1) if val is not None and val is not test else None
+    if isinstance(test, ast.BoolOp):
+        vals = [_repeat_implies(sub, module, func, v, depth + 1) for v in test.values]
+        if isinstance(test.op, ast.And):
+            if any(v is False for v in vals):
+                return False
+            if all(v is True for v in vals):
+                return True
+            return None
+        if any(v is True for v in vals):
+            return True
+        if all(v is False for v in vals):
+            return False
+        return None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op = test.ops[0]
+        side = test.comparators[0]
+        if isinstance(side, ast.Constant) and side.value is None and isinstance(op, ast.Is | ast.IsNot) \
+                and _caches.is_persistent_value(test.left, module, func) is not None:
+            return isinstance(op, ast.IsNot)  # kept state is set in the steady state
+        hit = _caches._identity_hit(test, module, func, sub)
+        if hit is not None:
+            return hit[0] == "body"
+        if isinstance(op, ast.Is | ast.IsNot):  # `self._last() is x`: a kept weak reference called
+            sides = [test.left, side]
+            kept = [e for e in sides if isinstance(e, ast.Call) and not e.args
+                    and _caches.is_persistent_value(e.func, module, func) is not None]
+            acts = [e for e in sides if isinstance(e, ast.Name) and e.id in func.params
+                    and not S.param_is_weight(sub, func, e.id)]
+            if kept and acts:
+                return isinstance(op, ast.Is)
+    return None
+
+
+def _skipped_on_repeat(sub: Submission, site: _Site) -> bool:
+    """Does the join sit in an arm of an `if` that the steady state (same input object again) does
+    not take?"""
+    module, func = site.module, site.func
+    child: ast.AST = site.node
+    for anc in module.ancestors(site.node):
+        if anc is func.node:
+            return False
+        if isinstance(anc, ast.If) and child is not anc.test:
+            value = _repeat_implies(sub, module, func, anc.test)
+            if value is not None and (child in anc.body) != value:
+                return True
+        child = anc
+    return False
+
+
 _JOIN_NAMES = frozenset({"wait_stream", "join", "result", "synchronize", "shutdown", "wait", "exception", "wait_event"})
 
 
@@ -162,10 +254,10 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
     live = sub.reach().live
     # (module, func, node, what, keys of the objects whose join would cover it)
     escapes: list[tuple[PyModule, FunctionInfo, ast.AST, str, set[str]]] = []
-    joined: set[str] = set()
+    joined: dict[str, list[_Site]] = {}
     device_sync = False
     event_streams: dict[str, set[str]] = {}
-    waited_events: set[str] = set()
+    waited_events: dict[str, list[_Site]] = {}
     for func in sorted(live, key=lambda f: (f.module.path, f.node.lineno)):
         if func.is_triton:
             continue
@@ -193,6 +285,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 q = sub.qualname(node.func, scope) or ""
                 name = S.call_name(node)
                 recv = node.func.value if isinstance(node.func, ast.Attribute) else None
+                site = _Site(module, func, node)
                 if q.endswith("cuda.set_stream") and node.args and not _is_current_stream(sub, node.args[0], scope):
                     key = _key(node.args[0], scope)
                     escapes.append((module, func, node, "side stream", {key} if key else set()))
@@ -211,19 +304,19 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     device_sync = True
                 elif name == "wait_stream" and node.args:
                     if (k := _key(node.args[0], scope)) is not None:
-                        joined.add(k)
+                        joined.setdefault(k, []).append(site)
                 elif name in ("join", "result", "synchronize", "shutdown", "wait", "exception") and recv is not None:
                     if not (isinstance(recv, ast.Constant) and isinstance(recv.value, str)):
                         if (k := _key(recv, scope)) is not None:
-                            joined.add(k)
-                            waited_events.add(k)
+                            joined.setdefault(k, []).append(site)
+                            waited_events.setdefault(k, []).append(site)
                 elif q in _WAIT_ALL or (name == "wait" and recv is None):
                     for a in node.args:
                         for n in ast.walk(a):
                             if (k := _key(n, scope) if isinstance(n, ast.Name | ast.Attribute) else None) is not None:
-                                joined.add(k)
+                                joined.setdefault(k, []).append(site)
                 if name == "wait_event" and node.args and (k := _key(node.args[0], scope)) is not None:
-                    waited_events.add(k)
+                    waited_events.setdefault(k, []).append(site)
                 elif name == "record" and recv is not None and (ek := _key(recv, scope)) is not None:
                     sk = _key(node.args[0], scope) if node.args else _enclosing_stream(sub, module, node, scope)
                     if sk:
@@ -232,13 +325,39 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     ek = _key(node.args[0], scope) if node.args else _assigned_key(module, node, scope)
                     if ek:
                         event_streams.setdefault(ek, set()).add(sk)
-    for ev in waited_events:
-        joined |= event_streams.get(ev, set())
+    for ev, sites in waited_events.items():
+        for sk in event_streams.get(ev, set()):
+            joined.setdefault(sk, []).extend(sites)
     for module, func, node, what, keys in escapes:
-        if keys & joined or (what == "side stream" and device_sync):
+        if what == "side stream" and device_sync:
             continue
         if S.once_only(sub, func, node):
             continue  # launched on a one-time path (first call, warm-up): not what the timed calls run
+        sites = [j for k in keys for j in joined.get(k, [])]
+        # a join earlier in the same function (a deferred join of the previous call's work) does not
+        # cover this call's launch; one skipped exactly when the same input object comes back leaves
+        # the benchmark's repeated calls unjoined
+        covering = [j for j in sites if not _before_in_same_call(j, func, node)]
+        steady = [j for j in covering if not _skipped_on_repeat(sub, j)]
+        if steady:
+            continue
+        if covering:
+            out.append(
+                S.py_finding(
+                    RULE,
+                    module,
+                    node,
+                    f"{func.name} launches work on a {what} and joins it only when the input object changed "
+                    f"({', '.join(f'line {j.node.lineno}' for j in covering)} is skipped when the same object comes "
+                    "back): the benchmark calls forward on the same input objects, so its timed calls return before "
+                    "the work finishes and the window closes on the launch alone.",
+                    effect=Effect.DECISIVE_HACK,
+                    severity=Severity.CRITICAL,
+                    probe=Probe.STREAM_ESCAPE,
+                    data={"topic": "checked_vs_timed", "mechanism": what, "join": "skipped_on_repeat"},
+                )
+            )
+            continue
         out.append(
             S.py_finding(
                 RULE,
