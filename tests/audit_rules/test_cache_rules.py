@@ -289,3 +289,17 @@ def test_a_deck_shapes_table_is_read_as_a_literal(tmp_path: Path) -> None:
     computed.write_text("SHAPES = [dict(M=m) for m in (1, 2)]\n")
     assert literal_shapes(computed) is None
     assert literal_shapes(tmp_path / "absent.py") is None
+
+
+def test_memos_on_the_input_object_in_a_library_op_or_behind_a_partial_revalidation(decks: Any) -> None:
+    """Round two of the blind red team: the result hung on the caller's tensor (`setattr(x, ...)`),
+    a memo inside a torch.library op's CUDA implementation, and a kept output handed back after
+    recomputing two edge tiles into fresh tensors are decisive; a static C++ map from a pointer to
+    a slot whose output it returns needs the same-storage probe."""
+    for entry in ("bad_memo_hung_on_the_input_object.py", "bad_memo_inside_a_library_op_impl.py",
+                  "bad_output_revalidated_on_two_tiles.py"):
+        f = _one("KA101", entry, decks)
+        assert f.effect is Effect.DECISIVE_HACK and f.data["stale_return"] is True, (entry, f.explanation)
+    native = _one("KA101", "bad_extension_static_map_keyed_on_pointer", decks)
+    assert native.effect is Effect.NEEDS_PROBE and native.data["where"] == "native"
+    assert native.probe is not None and native.probe.value == "same_storage_overwrite"

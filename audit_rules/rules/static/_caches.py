@@ -1726,30 +1726,107 @@ def _self_attr_closures(sub: Submission, func: FunctionInfo, expr: ast.expr) -> 
     return out
 
 
+def _library_impls(sub: Submission, callee: ast.expr, where: PyModule) -> list[FunctionInfo]:
+    """`torch.ops.NS.OP(...)`: the submission's functions registered as that op's implementation
+    (`Library("NS", "DEF").impl("OP", fn, "CUDA")`, `@torch.library.impl("NS::OP", ...)`,
+    `@torch.library.custom_op("NS::OP")`, `torch.library.register_kernel("NS::OP", ..., fn)`)."""
+    chain: list[str] = []
+    node = callee
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if not (isinstance(node, ast.Name) and "torch" in (node.id, where.aliases.get(node.id))
+            and len(chain) >= 3 and chain[-1] == "ops"):
+        return []
+    op = chain[-3] if chain[0] == "default" and len(chain) >= 4 else chain[0]
+    names = {op, f"{chain[-2]}::{op}"}
+    out: list[FunctionInfo] = []
+    for module in sub.modules.values():
+        top = module.scope(None)
+        for n in ast.walk(module.tree):
+            if isinstance(n, ast.Call) and S.call_name(n) in ("impl", "register_kernel") and n.args \
+                    and isinstance(n.args[0], ast.Constant) and n.args[0].value in names:
+                for a in n.args[1:]:
+                    out += [t for t in sub.resolve_functions(a, top) if not t.is_triton]
+            if isinstance(n, ast.FunctionDef):
+                for d in n.decorator_list:
+                    if isinstance(d, ast.Call) and S.call_name(d) in ("impl", "custom_op") and d.args \
+                            and isinstance(d.args[0], ast.Constant) and d.args[0].value in names:
+                        fn = module.functions.get(n.name)
+                        if fn is not None:
+                            out.append(fn)
+    return out
+
+
 def _stale_scope(sub: Submission) -> set[FunctionInfo]:
     """`returners` plus the closures a factory stored on `self` hands back (`return self._run(x)`)."""
     out = set(returners(sub))
     stack = list(out)
     while stack:
         f = stack.pop()
+        scope = f.module.scope(f)
         for node in walk_body(f.node):
-            if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
-                for t in _self_attr_closures(sub, f, node.value.func):
-                    if t not in out:
-                        out.add(t)
-                        stack.append(t)
+            if not isinstance(node, ast.Return) or node.value is None:
+                continue
+            value = node.value
+            while isinstance(value, ast.Attribute | ast.Subscript):  # `return self._plan_for(x).out`
+                value = value.value
+            if not isinstance(value, ast.Call):
+                continue
+            found = _self_attr_closures(sub, f, value.func) + _library_impls(sub, value.func, f.module)
+            if value is not node.value:
+                found += [t for t in sub.resolve_functions(value.func, scope) if not t.is_triton]
+            for t in found:
+                if t not in out:
+                    out.add(t)
+                    stack.append(t)
     return out
 
 
+def _input_attrs(module: PyModule) -> set[str]:
+    """Attribute names the module sets on a function's own parameters (`setattr(x, "_plan", p)`,
+    `x._plan = p`): state riding on the caller's input object, which the benchmark hands back
+    every call."""
+    out: set[str] = set()
+    for func in module.functions.values():
+        params = set(func.params) - {"self", "cls"}
+        for node in walk_body(func.node):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
+                out.add(ast.unparse(node.args[1]))
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params:
+                        out.add(repr(t.attr))
+    return out
+
+
+def _on_input_object(module: PyModule, func: FunctionInfo, expr: ast.expr) -> str | None:
+    """`getattr(x, NAME, None)` / `x.NAME` of a parameter, where the module sets NAME on its inputs."""
+    params = set(func.params) - {"self", "cls"}
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" \
+            and len(expr.args) >= 2 and isinstance(expr.args[0], ast.Name) and expr.args[0].id in params:
+        name = ast.unparse(expr.args[1])
+    elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in params:
+        name = repr(expr.attr)
+    else:
+        return None
+    return f"{name} set on the input object" if name in _input_attrs(module) else None
+
+
 def _kept_value(sub: Submission, module: PyModule, func: FunctionInfo, expr: ast.expr, depth: int = 0) -> str | None:
-    """The kept state (self attribute, module object, closure cell, a memoized function's result)
-    a returned value comes from, following local names and attribute/subscript reads of them."""
+    """The kept state (self attribute, module object, closure cell, a memoized function's result,
+    an attribute the module hangs on the input object) a returned value comes from, following local
+    names and attribute/subscript reads of them."""
     if depth > 4:
         return None
     expr = strip_data_preserving(expr)
     root = is_persistent_value(expr, module, func, sub=sub)
     if root is not None:
         return root
+    on_input = _on_input_object(module, func, expr)
+    if on_input is not None:
+        return on_input
     if isinstance(expr, ast.Attribute | ast.Subscript):
         return _kept_value(sub, module, func, expr.value, depth + 1)
     if isinstance(expr, ast.Name) and expr.id not in func.params:
@@ -1787,8 +1864,56 @@ def _writes_state(sub: Submission, func: FunctionInfo) -> bool:
     return res
 
 
+def _reaches_root(sub: Submission, func: FunctionInfo, roots: set[str], depth: int = 0) -> bool:
+    """Could this function (or one it calls) write any of these kept roots: a store into it, an
+    in-place op on it, a launch or an extension/submission call handed it, or a graph replay? Reads
+    (`torch.equal(tile, self._out[a:b])`) do not count."""
+    if depth > 4 or func.is_triton:
+        return False
+    module = func.module
+    scope = module.scope(func)
+
+    def is_root(e: ast.expr) -> bool:
+        node = strip_data_preserving(e)
+        while True:
+            if persistent_root(node, module, func) in roots:
+                return True
+            if isinstance(node, ast.Attribute | ast.Subscript):
+                node = node.value
+                continue
+            return False
+
+    for node in walk_body(func.node):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(is_root(t) for t in targets if isinstance(t, ast.Attribute | ast.Subscript | ast.Name)):
+                return True
+        if not isinstance(node, ast.Call):
+            continue
+        name = S.call_name(node)
+        if name == "replay":
+            return True
+        if isinstance(node.func, ast.Attribute) and name.endswith("_") and is_root(node.func.value):
+            return True
+        if name not in _NOT_WORK and name not in _CONTAINER_METHODS and _stored_callable(module, func, node.func):
+            return True  # an extension entry point may write buffers it was handed earlier (a configured handle)
+        args = [a.value if isinstance(a, ast.Starred) else a for a in node.args] + [k.value for k in node.keywords]
+        handed = any(is_root(a) for a in args)
+        callees = sub.resolve_functions(node.func, scope)
+        if callees:
+            if any(t is not func and (handed and _writes_state(sub, t) or _reaches_root(sub, t, roots, depth + 1))
+                   for t in callees):
+                return True
+            continue
+        q = sub.qualname(node.func, scope) or ""
+        if handed and (isinstance(node.func, ast.Subscript) or not q.startswith("torch.")
+                       or any(k.arg == "out" for k in node.keywords)):
+            return True  # a launch, an extension entry point, or `out=` into it
+    return False
+
+
 def _path_produces(sub: Submission, module: PyModule, func: FunctionInfo, nodes: list[ast.AST],
-                   returned_values: list[ast.expr], deep: bool = False) -> bool:
+                   returned_values: list[ast.expr], deep: bool = False, kept_roots: set[str] | None = None) -> bool:
     """Could this code have produced the returned values: a kernel launch or graph replay, a call
     of a submission function that writes kept state, an op that takes a returned object (or kept
     state) as argument or receiver, or (with `deep`, inside a helper) a store into kept state?"""
@@ -1827,14 +1952,20 @@ def _path_produces(sub: Submission, module: PyModule, func: FunctionInfo, nodes:
                 return True
             parent = module.parents.get(node)
             if (not isinstance(parent, ast.Compare) and name not in _NOT_WORK and name not in _META_CALLS
-                    and _stored_callable(module, func, node.func)):
+                    and name not in _CONTAINER_METHODS and _stored_callable(module, func, node.func)):
                 return True  # `fn = self._fn; fn(x, *self._bufs)`, `_ext.decode(...)`: an entry point kept as state
             callees = sub.resolve_functions(node.func, scope) or factory_closures(sub, node.func, scope)
             if callees:
                 if all(_memo_decorator(sub, t) is not None for t in callees):
                     continue  # a memoized lookup: its result is kept state, not work of this call
-                if any(_writes_state(sub, t) for t in callees):
-                    return True
+                writers = [t for t in callees if _writes_state(sub, t)]
+                if writers and (
+                    kept_roots is None
+                    or any(_reaches_root(sub, t, kept_roots) for t in writers)
+                    or any(touches(a.value if isinstance(a, ast.Starred) else a)
+                           for a in [*node.args, *[k.value for k in node.keywords]])
+                ):
+                    return True  # it may write what is returned (a helper that recomputes a side tile does not)
                 continue
             if name in _META_CALLS or name in _NOT_WORK or name in _DATA_PRESERVING or name in S.ALLOC_FUNCS:
                 continue
@@ -1844,6 +1975,11 @@ def _path_produces(sub: Submission, module: PyModule, func: FunctionInfo, nodes:
             if any(touches(a.value if isinstance(a, ast.Starred) else a) for a in args):
                 return True
     return False
+
+
+# a kept dict/list/set's own methods: bookkeeping of the container, not an entry point it holds
+_CONTAINER_METHODS = frozenset({"move_to_end", "popitem", "update", "clear", "copy", "insert", "remove", "extend",
+                                "add", "discard", "index", "count", "sort", "reverse"})
 
 
 def _stored_callable(module: PyModule, func: FunctionInfo, callee: ast.expr) -> bool:
@@ -1895,6 +2031,15 @@ def _path_before(module: PyModule, func: FunctionInfo, node: ast.AST) -> tuple[l
     return before, ifs
 
 
+def _type_guard(test: ast.expr) -> bool:
+    """`isinstance(...)`, `callable(...)`, `hasattr(t, "copy_")`, negated or combined: what kind of
+    object came back, not whether a stored result may be reused."""
+    node = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+    if isinstance(node, ast.BoolOp):
+        return all(_type_guard(v) for v in node.values)
+    return _type_test(node)
+
+
 def _degenerate_test(test: ast.expr) -> bool:
     """`x.numel() == 0`, `M == 0`, `not x.numel()`: an empty-problem early exit."""
     for n in ast.walk(test):
@@ -1929,9 +2074,11 @@ def stale_returns(sub: Submission) -> list[StaleReturn]:
             if where is None:
                 continue
             before, ifs = where
-            if not ifs or all(_degenerate_test(g.test) for g in ifs):
+            # an empty-problem exit or a type test (`if not hasattr(out, "copy_")`) is no cache guard
+            ifs = [g for g in ifs if not _degenerate_test(g.test) and not _type_guard(g.test)]
+            if not ifs:
                 continue
-            if _path_produces(sub, module, func, before, vals):
+            if _path_produces(sub, module, func, before, vals, kept_roots={str(k) for k in kept}):
                 continue
             kinds: set[str] = set()
             reads_state = False

@@ -36,7 +36,14 @@ takes the returned object. Decisive when the branch reads state kept from earlie
 key, a streak counter, a ready flag, version stamps): the benchmark's repeated calls time the
 return. This finds memos whose key a helper builds, whose stored tensor a launch filled
 (``y = empty(); launch(x, y); T[key] = y``), or whose hit returns ``st.out``/``plan.out``.
-An empty-problem exit (``if x.numel() == 0: return self._empty``) is not one.
+Kept state also covers an attribute the module hangs on its own input object (``setattr(x,
+"_plan", p)``); the reading follows ``return helper(x).out`` and ``torch.ops.NS.OP(...)`` into the
+op's registered implementation. A helper on the path counts as writing the returned state only when
+it could (a store, an in-place op, a launch/extension call or ``out=`` handed it, a graph replay, or
+a call of a stored extension entry point, which may write buffers it was configured with). An
+empty-problem exit (``if x.numel() == 0: return self._empty``) or a type test (``if not
+hasattr(out, "copy_")``) is no memo guard. In an extension, a static C++ map keyed on a pointer
+whose slots hold tensors, looked up and returning a slot's tensor, needs the same-storage probe.
 
 Bad::
 
@@ -60,12 +67,13 @@ Good (compiled-handle cache; fresh output every call)::
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _caches
 from audit_rules.rules.static import _support as S
-from audit_rules.source_model import PyModule, walk_body
+from audit_rules.source_model import NativeSource, PyModule, Submission, walk_body
 
 RULE = RuleMeta(
     id="KA101",
@@ -224,6 +232,21 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                 },
             )
         )
+    for src, line, container, field in _native_pointer_keyed_outputs(sub):
+        out.append(
+            S.native_finding(
+                RULE,
+                src,
+                line,
+                f"The extension keeps tensors in `{container}`, a static map keyed on a pointer (`data_ptr()`), "
+                f"and hands back the stored `{field}`: a same-buffer in-place overwrite would get the stored output "
+                "back, and the benchmark's repeated calls on one input may time the lookup. Needs the "
+                "same-storage-overwrite probe.",
+                effect=Effect.NEEDS_PROBE,
+                data={"topic": "output_memo", "cached_kind": "output", "key_kinds": ["data_ptr"],
+                      "container": container, "where": "native"},
+            )
+        )
     for sc in _caches.repeat_call_shortcuts(sub):
         out.append(
             S.py_finding(
@@ -245,3 +268,41 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             )
         )
     return S.dedupe(out)
+
+
+# ---- in an extension: a static map keyed on a pointer that holds and returns tensors ------------
+#
+# `static std::unordered_map<const void*, Slot> g_slots;` (Slot holding an `at::Tensor out`),
+# `g_slots.find(x.data_ptr())`, and a function returning `slot.out`: the C++ twin of a Python
+# output memo. C++ control flow is not followed here, so the probe decides.
+
+_STATIC_MAP = re.compile(
+    r"static\s+(?:std::)?(?:unordered_)?map\s*<\s*(?:const\s+)?(?:void|char|uint8_t)\s*\*\s*,\s*([\w:]+)\s*>\s*(\w+)"
+    r"|static\s+(?:std::)?(?:unordered_)?map\s*<\s*(?:std::)?u?intptr_t\s*,\s*([\w:]+)\s*>\s*(\w+)"
+)
+_TENSOR = re.compile(r"\b(?:at|torch)::Tensor\b")
+
+
+def _native_pointer_keyed_outputs(sub: Submission) -> list[tuple[NativeSource, int, str, str]]:
+    out: list[tuple[NativeSource, int, str, str]] = []
+    for src in sub.loaded_native():
+        code = "\n".join(src.code)
+        if "data_ptr" not in code:
+            continue
+        for m in _STATIC_MAP.finditer(code):
+            value_type, name = (m.group(1), m.group(2)) if m.group(2) else (m.group(3), m.group(4))
+            if not _TENSOR.search(value_type):
+                struct = re.search(r"struct\s+" + re.escape(value_type.split("::")[-1]) + r"\s*\{([^}]*)\}", code)
+                if struct is None or not _TENSOR.search(struct.group(1)):
+                    continue
+                fields = re.findall(r"(?:at|torch)::Tensor\s+(\w+)\s*;", struct.group(1))
+            else:
+                fields = []
+            if not re.search(re.escape(name) + r"\s*(?:\.\s*(?:find|count|at)\s*\(|\[)", code):
+                continue
+            returned = [f for f in fields if re.search(r"return\s+[\w.>\-\[\]]*[.>]" + re.escape(f) + r"\s*;", code)]
+            if fields and not returned:
+                continue  # the kept tensors are scratch: none is handed back
+            line = code.count("\n", 0, m.start()) + 1
+            out.append((src, line, name, returned[0] if returned else "tensor"))
+    return out
