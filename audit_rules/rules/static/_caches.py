@@ -584,11 +584,15 @@ def factory_closures(sub: Submission, expr: ast.expr, scope: Scope) -> list[Func
             continue
         vscope = scope if v in S.local_defs(scope, expr.id) else scope.module.scope(None)
         for factory in sub.resolve_functions(v.func, vscope):
-            for inner in factory.module.functions.values():
-                if inner.name.startswith(factory.name + ".") and "." not in inner.name[len(factory.name) + 1 :]:
-                    if closure_cells(inner):
-                        out.append(inner)
+            out += closures_of(factory)
     return out
+
+
+def closures_of(factory: FunctionInfo) -> list[FunctionInfo]:
+    """The functions defined directly inside `factory` that close over its locals."""
+    prefix = factory.name + "."
+    return [inner for inner in factory.module.functions.values()
+            if inner.name.startswith(prefix) and "." not in inner.name[len(prefix):] and closure_cells(inner)]
 
 
 _MEMO_DECORATORS = {"lru_cache", "cache", "cached", "memoize"}
@@ -1719,10 +1723,7 @@ def _self_attr_closures(sub: Submission, func: FunctionInfo, expr: ast.expr) -> 
         if not isinstance(value, ast.Call):
             continue
         for factory in sub.resolve_functions(value.func, method.module.scope(method)):
-            for inner in factory.module.functions.values():
-                if inner.name.startswith(factory.name + ".") and "." not in inner.name[len(factory.name) + 1 :]:
-                    if closure_cells(inner):
-                        out.append(inner)
+            out += closures_of(factory)
     return out
 
 
@@ -1759,7 +1760,9 @@ def _library_impls(sub: Submission, callee: ast.expr, where: PyModule) -> list[F
 
 
 def _stale_scope(sub: Submission) -> set[FunctionInfo]:
-    """`returners` plus the closures a factory stored on `self` hands back (`return self._run(x)`)."""
+    """`returners`, plus what they hand back through a closure a factory stored on `self`
+    (`return self._run(x)`), a custom op's registered implementation (`return torch.ops.ns.op(x)`)
+    or a field of a helper's result (`return self._plan_for(x).out`)."""
     out = set(returners(sub))
     stack = list(out)
     while stack:
@@ -1783,10 +1786,14 @@ def _stale_scope(sub: Submission) -> set[FunctionInfo]:
     return out
 
 
-def _input_attrs(module: PyModule) -> set[str]:
+def _input_attrs(sub: Submission, module: PyModule) -> set[str]:
     """Attribute names the module sets on a function's own parameters (`setattr(x, "_plan", p)`,
     `x._plan = p`): state riding on the caller's input object, which the benchmark hands back
-    every call."""
+    every call. Read once per module."""
+    key = f"{_MEMO_KEY}input_attrs:{module.path}"
+    hit = sub._memo.get(key)
+    if isinstance(hit, set):
+        return hit
     out: set[str] = set()
     for func in module.functions.values():
         params = set(func.params) - {"self", "cls"}
@@ -1798,10 +1805,11 @@ def _input_attrs(module: PyModule) -> set[str]:
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params:
                         out.add(repr(t.attr))
+    sub._memo[key] = out
     return out
 
 
-def _on_input_object(module: PyModule, func: FunctionInfo, expr: ast.expr) -> str | None:
+def _on_input_object(sub: Submission, module: PyModule, func: FunctionInfo, expr: ast.expr) -> str | None:
     """`getattr(x, NAME, None)` / `x.NAME` of a parameter, where the module sets NAME on its inputs."""
     params = set(func.params) - {"self", "cls"}
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" \
@@ -1811,7 +1819,7 @@ def _on_input_object(module: PyModule, func: FunctionInfo, expr: ast.expr) -> st
         name = repr(expr.attr)
     else:
         return None
-    return f"{name} set on the input object" if name in _input_attrs(module) else None
+    return f"{name} set on the input object" if name in _input_attrs(sub, module) else None
 
 
 def _kept_value(sub: Submission, module: PyModule, func: FunctionInfo, expr: ast.expr, depth: int = 0) -> str | None:
@@ -1824,7 +1832,7 @@ def _kept_value(sub: Submission, module: PyModule, func: FunctionInfo, expr: ast
     root = is_persistent_value(expr, module, func, sub=sub)
     if root is not None:
         return root
-    on_input = _on_input_object(module, func, expr)
+    on_input = _on_input_object(sub, module, func, expr)
     if on_input is not None:
         return on_input
     if isinstance(expr, ast.Attribute | ast.Subscript):
@@ -2003,9 +2011,10 @@ def _stored_callable(module: PyModule, func: FunctionInfo, callee: ast.expr) -> 
 
 
 def _path_before(module: PyModule, func: FunctionInfo, node: ast.AST) -> tuple[list[ast.AST], list[ast.If]] | None:
-    """(what surely runs before `node` on its path, the ifs it sits in): the statements before it in
-    each enclosing block (a preceding if/loop/try may not run: skipped; a `with` body runs), and
-    the tests of the enclosing ifs. None when it sits in a loop, a handler or a nested def."""
+    """(what may run before `node` on its path, the ifs it sits in): the statements before it in
+    each enclosing block (all of them, whatever they do, except a lazy first-call set-up behind a
+    None test), the context expressions of enclosing `with`s, and the tests of the enclosing ifs.
+    None when it sits in a loop, a handler or a nested def."""
     before: list[ast.AST] = []
     ifs: list[ast.If] = []
     child: ast.AST = node

@@ -980,3 +980,18 @@ def path_strings(sub: Submission, module: PyModule, func: FunctionInfo | None, e
                     if val is not expr:
                         out.extend(path_strings(sub, module, func if values else None, val, depth + 1))
     return out
+
+
+def kernel_bindings(fn: ast.FunctionDef | ast.AsyncFunctionDef, *, loops: bool) -> list[tuple[list[str], ast.expr]]:
+    """(names bound, the expression they come from) for every assignment of a kernel body (a tuple
+    target: each of its names from the whole value), and with `loops` every `for` target from its
+    iterable: the edges a taint over a Triton kernel's locals follows to its fixed point."""
+    binds: list[tuple[list[str], ast.expr]] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            binds.append(([t.id for tgt in n.targets for t in ast.walk(tgt) if isinstance(t, ast.Name)], n.value))
+        elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None and isinstance(n.target, ast.Name):
+            binds.append(([n.target.id], n.value))
+        elif loops and isinstance(n, ast.For):
+            binds.append(([t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)], n.iter))
+    return binds

@@ -388,12 +388,7 @@ def _kernel_work_gates(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple
     loaded: set[str] = set()
     magnitude: set[str] = set()
     gate: set[str] = set()
-    binds: list[tuple[list[str], ast.expr]] = []
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Assign):
-            binds.append(([t.id for tgt in n.targets for t in ast.walk(tgt) if isinstance(t, ast.Name)], n.value))
-        elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None and isinstance(n.target, ast.Name):
-            binds.append(([n.target.id], n.value))
+    binds = S.kernel_bindings(fn, loops=False)
 
     def names(e: ast.AST) -> set[str]:
         """Names a value depends on; a load's mask and fill value pick lanes, not what is read."""

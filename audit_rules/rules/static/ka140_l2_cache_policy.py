@@ -622,15 +622,7 @@ def _components(expr: ast.AST, taint: dict[str, set[str]]) -> set[str]:
 
 def _taint(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, set[str]]:
     taint: dict[str, set[str]] = {}
-    binds: list[tuple[list[str], ast.expr]] = []
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Assign):
-            names = [t.id for tgt in n.targets for t in ast.walk(tgt) if isinstance(t, ast.Name)]
-            binds.append((names, n.value))
-        elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None and isinstance(n.target, ast.Name):
-            binds.append(([n.target.id], n.value))
-        elif isinstance(n, ast.For):
-            binds.append(([t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)], n.iter))
+    binds = S.kernel_bindings(fn, loops=True)
     for _ in range(12):
         changed = False
         for names, value in binds:
@@ -768,16 +760,8 @@ def _shape_key(sub: Submission, scope: Scope, expr: ast.expr, init_keys: dict[st
     if isinstance(expr, ast.Name) and func is not None:
         if expr.id in func.params:
             return init_keys.get(expr.id) if func.short == "__init__" else None
-        for node in walk_body(func.node):
-            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
-                continue
-            tgt, val = node.targets[0], node.value
-            if isinstance(tgt, ast.Name) and tgt.id == expr.id:
-                return _shape_key(sub, scope, val, init_keys, depth + 1)
-            if isinstance(tgt, ast.Tuple) and isinstance(val, ast.Tuple) and len(tgt.elts) == len(val.elts):
-                for t, v in zip(tgt.elts, val.elts, strict=True):
-                    if isinstance(t, ast.Name) and t.id == expr.id:
-                        return _shape_key(sub, scope, v, init_keys, depth + 1)
+        bound = scope.latest(expr.id, expr.lineno)  # the scope binds `M, N, K = self.M, self.N, self.K` per name
+        return _shape_key(sub, scope, bound, init_keys, depth + 1) if bound is not None and bound is not expr else None
     return None
 
 
