@@ -255,6 +255,9 @@ def test_evict_last_on_data_every_program_reads_waits_for_the_probe(decks: Any) 
     assert weights.effect is Effect.DECISIVE_HACK
     kv = [f for f in _run("KA140", "bad_evict_last_kv_stream.py", decks) if f.data.get("mechanism") == "triton_evict_last"]
     assert kv and all(f.effect is Effect.DECISIVE_HACK for f in kv)
+    # the split axis comes from a grid helper's returned tuple, its extent from the model's seq_len
+    query = _one("KA140", "bad_evict_last_on_a_query_tile_every_split_reads.py", decks)
+    assert query.effect is Effect.NEEDS_PROBE and "program axis 2" in query.explanation, query.explanation
 
 
 def test_an_eager_fallback_behind_a_capability_test_waits_for_the_dispatch_probe(decks: Any) -> None:

@@ -32,7 +32,10 @@ problem (GEMM tiles re-read across CTAs) it needs the l2_policy probe. In a memo
 problem too, a Triton load whose address ignores a whole grid axis that every launch sizes from a
 model dimension the deck's shapes keep large (``cdiv(N, BN)``, N >= 4096 at every shape of
 shapes.SHAPES) is read by several programs of one launch (an activation tile every N-block
-program re-reads): intra-call reuse, so the probe decides. An axis sized from ``M`` (1 at the
+program re-reads, a decode query tile every context split re-reads): intra-call reuse, so the
+probe decides. The grid is read where it is built: a literal, a local, a lambda, or a helper's
+returned tuple with the call's arguments in place of its parameters; an extent bound to a local
+(``splits = cdiv(self.seq_len, SPLIT)``) is read through it. An axis sized from ``M`` (1 at the
 decode shapes) or a split of a flattened program id does not count. ``evict_first`` /
 ``evict_normal`` / streaming hints (``__ldcs``) are the benign direction and are not flagged.
 
@@ -49,6 +52,7 @@ Good::
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -666,21 +670,88 @@ def _shared_across_programs(sub: Submission, kernel: FunctionInfo, load: ast.Cal
     return None
 
 
-def _grid_elements(expr: ast.expr, scope: Scope, depth: int = 0) -> list[ast.expr] | None:
-    """The grid tuple's elements at a launch (`k[(a, b)]`, `k[grid]` with `grid = (...)` or a lambda)."""
+def _grid_elements(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) -> list[ast.expr] | None:
+    """The grid tuple's elements at a launch (`k[(a, b)]`, `k[grid]` with `grid = (...)` or a lambda,
+    or `grid = helper(a, b)` whose one return is such a tuple: its elements read at the call site)."""
     if depth > 3:
         return None
     if isinstance(expr, ast.Tuple | ast.List):
         return list(expr.elts)
     if isinstance(expr, ast.Lambda):
-        return _grid_elements(expr.body, scope, depth + 1)
+        return _grid_elements(sub, expr.body, scope, depth + 1)
     if isinstance(expr, ast.Name):
         val = scope.latest(expr.id, expr.lineno) if scope.func is not None else None
         if val is None:
             vals = scope.module.scope(None).values_of(expr.id)
             val = vals[0] if len(vals) == 1 else None
-        return _grid_elements(val, scope, depth + 1) if val is not None and val is not expr else None
+        return _grid_elements(sub, val, scope, depth + 1) if val is not None and val is not expr else None
+    if isinstance(expr, ast.Call):
+        return _helper_grid(sub, expr, scope, depth)
     return None
+
+
+def _helper_grid(sub: Submission, call: ast.Call, scope: Scope, depth: int) -> list[ast.expr] | None:
+    """A grid built by a helper of the submission: the helper's only return, a tuple (directly or
+    through its own locals), each element with the helper's parameters replaced by the call's
+    arguments, so the caller's scope reads them. None when anything else is left in an element (a
+    local of the helper that is not a parameter, starred or missing arguments, several returns)."""
+    callees = sub.resolve_functions(call.func, scope)
+    if len(callees) != 1 or any(isinstance(a, ast.Starred) for a in call.args) \
+            or any(kw.arg is None for kw in call.keywords):
+        return None
+    helper = callees[0]
+    returns = [n for n in walk_body(helper.node) if isinstance(n, ast.Return)]
+    if len(returns) != 1 or returns[0].value is None:
+        return None
+    hscope = sub.module_of(helper).scope(helper)
+    elems = _grid_elements(sub, returns[0].value, hscope, depth + 1)
+    if elems is None:
+        return None
+    a = helper.node.args
+    positional = [x.arg for x in a.posonlyargs + a.args]
+    if helper.cls and isinstance(call.func, ast.Attribute) and positional:
+        positional = positional[1:]  # `self._grid(...)`: the receiver is not among the call's arguments
+    bound: dict[str, ast.expr] = dict(zip(positional, call.args, strict=False))
+    bound.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
+    for name, default in _defaults(helper.node).items():
+        bound.setdefault(name, default)
+    locals_ = set(helper.params) | {t.id for n in walk_body(helper.node) if isinstance(n, ast.Assign)
+                                     for t in n.targets if isinstance(t, ast.Name)}
+    out: list[ast.expr] = []
+    for elem in elems:
+        new = _Substitute(bound, hscope).visit(copy.deepcopy(elem))
+        if any(isinstance(n, ast.Name) and n.id in locals_ and getattr(n, "_helper", False) for n in ast.walk(new)):
+            return None  # a local of the helper the caller's scope cannot read
+        out.append(new)
+    return out
+
+
+def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    out = {x.arg: d for x, d in zip(positional[len(positional) - len(a.defaults):], a.defaults, strict=True)}
+    out.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
+    return out
+
+
+class _Substitute(ast.NodeTransformer):
+    """A helper's parameter names replaced by the expressions its call site passes, and its locals
+    by what they were bound to (`s = cdiv(L, SPLIT); return (B, H, s)`), a few levels deep. A name
+    of the helper left over is marked (`_helper`) for the caller to refuse."""
+
+    def __init__(self, bound: dict[str, ast.expr], scope: Scope, depth: int = 0) -> None:
+        self.bound = bound
+        self.scope = scope
+        self.depth = depth
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id in self.bound:
+            return self.bound[node.id]
+        val = self.scope.latest(node.id, node.lineno)
+        if val is not None and self.depth < 4:
+            return _Substitute(self.bound, self.scope, self.depth + 1).visit(copy.deepcopy(val))
+        node._helper = True  # type: ignore[attr-defined]
+        return node
 
 
 _TILE_BOUND = 256  # the largest tile a launch divides a dimension by, for "more than one program"
@@ -725,13 +796,16 @@ def _init_keys(func: FunctionInfo, reference: str | None, keys: set[str]) -> dic
                     if isinstance(item, ast.FunctionDef) and item.name == "__init__":
                         a = item.args
                         theirs = [x.arg for x in a.posonlyargs + a.args][1:]
+    # kaudit's bundled decks name their shape keys in capitals (SEQ_LEN) beside a reference whose
+    # parameters are lower case (seq_len): the match ignores case
+    folded = {k.lower(): k for k in keys}
     out: dict[str, str] = {}
     for i, name in enumerate(mine):
         ref = theirs[i] if i < len(theirs) else None
-        if ref in keys:
-            out[name] = ref
-        elif name in keys and not theirs:
-            out[name] = name
+        if ref is not None and ref.lower() in folded:
+            out[name] = folded[ref.lower()]
+        elif name.lower() in folded and not theirs:
+            out[name] = folded[name.lower()]
     return out
 
 
@@ -781,10 +855,16 @@ def _axis_always_split(sub: Submission, kernel: FunctionInfo, axis: int, shapes:
             launcher = scope.latest(launcher.id, launcher.lineno)
         if not isinstance(launcher, ast.Subscript):
             return False
-        elems = _grid_elements(launcher.slice, scope)
+        elems = _grid_elements(sub, launcher.slice, scope)
         if elems is None or axis >= len(elems):
             return False
-        counted, divided = _extent_parts(elems[axis])
+        extent = elems[axis]
+        for _ in range(4):  # `splits = cdiv(self.seq_len, SPLIT)` ... `grid = (B, H, splits)`
+            bound = scope.latest(extent.id, extent.lineno) if isinstance(extent, ast.Name) else None
+            if bound is None or bound is extent:
+                break
+            extent = bound
+        counted, divided = _extent_parts(extent)
         key = _shape_key(sub, scope, counted, _init_keys(caller, reference, keys))
         if key is None:
             return False
