@@ -118,12 +118,14 @@ MIN_WINDOW_MS = 1000.0
 
 def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_window_ms: float = MIN_WINDOW_MS,
              only: str | None = None, capped_window_ms: float | None = None,
-             do_bench_rep_ms: float | None = None) -> dict[str, Any]:
+             do_bench_rep_ms: float | None = None, holds: tuple[str, ...] = ()) -> dict[str, Any]:
     """Per kernel, `repeats` rounds, each: kaudit's timer as it grades (window `min_window_ms`, raised to
     `capped_window_ms` when the clock is capped: graders.timing.capped_extra_trials), the same
     without the capped extension, and triton.testing.do_bench with `rep` = the kernel time kaudit's
     window held (or `do_bench_rep_ms`). Interleaved, so all three see the same clock and power history;
-    agreement is kaudit's median of medians against do_bench's, each series' spread is reported."""
+    agreement is kaudit's median of medians against do_bench's, each series' spread is reported.
+    `holds` names more GPU-side holds (graders.hold) timed the same way in the same rounds, right
+    after the default timer's, each with its own agreement and spread (`rows[i]["holds"]`)."""
     import torch
     import triton.testing
 
@@ -131,6 +133,7 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_windo
 
     capped = CAPPED_WINDOW_MS if capped_window_ms is None else capped_window_ms
     timer = ColdL2Timer()
+    others = {h: ColdL2Timer(hold=h) for h in holds if h != timer.hold_kind}
     rows: list[dict[str, Any]] = []
     for name, fn in _kernels().items():
         if only and only not in name:
@@ -139,9 +142,13 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_windo
         per_call = float(settle["chunk_ms_last"] or 1.0)
         trials = max(min_trials, math.ceil(min_window_ms / per_call))
         stats, plain, refs, after = [], [], [], []
+        other_stats: dict[str, list[Any]] = {h: [] for h in others}
         for _ in range(repeats):
             st = timer.measure(fn, warmup=warmup, trials=trials, window_ms=min_window_ms, capped_window_ms=capped)
             stats.append(st)
+            for h, t in others.items():
+                other_stats[h].append(t.measure(fn, warmup=warmup, trials=trials, window_ms=min_window_ms,
+                                                capped_window_ms=capped))
             plain.append(timer.measure(fn, warmup=warmup, trials=trials, window_ms=min_window_ms, capped_window_ms=0.0))
             rep = do_bench_rep_ms if do_bench_rep_ms is not None else st.trials * st.median_ms
             refs.append(float(triton.testing.do_bench(fn, warmup=25, rep=max(100, int(rep)), return_mode="median")))
@@ -178,6 +185,7 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_windo
             "repeat_slowdowns": [st.clock.slowdowns for st in stats],
             "do_bench_sm_mhz_after": after,
             "cycle_spread": _spread(cycles) if len(cycles) == len(medians) else None,
+            "holds": {h: _series(sts, ref) for h, sts in other_stats.items()},
             "ok": agreement <= AGREEMENT_TARGET and spread <= SPREAD_TARGET,
         })
     return {
@@ -195,6 +203,20 @@ def validate(repeats: int = 5, warmup: int = 10, min_trials: int = 30, min_windo
     }
 
 
+def _series(stats: list[Any], ref: float) -> dict[str, Any]:
+    """One hold's repeats: medians, agreement with do_bench's median of medians, spread, clocks."""
+    medians = [st.median_ms for st in stats]
+    agreement = abs(statistics.median(medians) - ref) / ref
+    spread = _spread(medians)
+    return {"medians_ms": medians, "median_ms": statistics.median(medians), "agreement": agreement,
+            "spread": spread, "trials": [st.trials for st in stats],
+            "capped_extension": [st.capped_extension for st in stats],
+            "sm_mhz": [st.clock.sm_mhz_median for st in stats],
+            "power_w": [st.clock.power_w_median for st in stats],
+            "duty": [st.duty for st in stats],
+            "ok": agreement <= AGREEMENT_TARGET and spread <= SPREAD_TARGET}
+
+
 def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
@@ -209,9 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--do-bench-rep-ms", type=float, default=None,
                     help="do_bench's rep (default: the kernel time kaudit's window held that round)")
     ap.add_argument("--only", default=None, help="only kernels whose name contains this")
+    ap.add_argument("--holds", default="", help="more GPU-side holds to time beside the default, comma-separated "
+                                                "(graders.hold.HOLD_KINDS, e.g. call,busy)")
     args = ap.parse_args(argv)
+    holds = tuple(h.strip() for h in args.holds.split(",") if h.strip())
     report = validate(repeats=args.repeats, min_window_ms=args.window_ms, only=args.only,
-                      capped_window_ms=args.capped_window_ms, do_bench_rep_ms=args.do_bench_rep_ms)
+                      capped_window_ms=args.capped_window_ms, do_bench_rep_ms=args.do_bench_rep_ms, holds=holds)
     print(f"timing_validation gpu={report['gpu']!r} l2_flush_bytes={report['l2_flush_bytes']} "
           f"persisting={report['l2_persisting']} overhead_ms={report['launch_sync_overhead_ms']:.4f}")
     for r in report["rows"]:
@@ -228,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
               f"agreement={100 * r['uncapped_window']['agreement']:.2f}% sm_mhz={r['uncapped_window']['sm_mhz']} "
               f"sm_mhz={r['repeat_sm_mhz']} power_w={r['repeat_power_w']} slowdowns={r['repeat_slowdowns']} "
               f"cycle_spread={r['cycle_spread']} do_bench_sm_mhz_after={r['do_bench_sm_mhz_after']}")
+        for h, ser in r["holds"].items():
+            print(f"timing_validation kernel={r['kernel']} hold={h} kaudit_ms={ser['median_ms']:.4f} "
+                  f"agreement={100 * ser['agreement']:.2f}% spread={100 * ser['spread']:.2f}% "
+                  f"{'OK' if ser['ok'] else 'MISS'} medians={[round(m, 4) for m in ser['medians_ms']]} "
+                  f"trials={ser['trials']} capped_extra={ser['capped_extension']} sm_mhz={ser['sm_mhz']} "
+                  f"power_w={ser['power_w']} duty={ser['duty']}")
     print(f"timing_validation result={'OK' if report['ok'] else 'MISS'}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))

@@ -2,8 +2,10 @@
 the trusted parent of a regrade reads it without importing torch).
 
 `sleep` (default): `torch.cuda._sleep`, one spinning thread. `busy`: `graders.busy_hold.BusyHold`,
-every SM doing register arithmetic for the same time, opt-in until the lane has measured it
-(docs/graders.md, "Capped clock"). The parent reads `KAUDIT_TIMING_HOLD` and hands the choice to the
+every SM doing register arithmetic for the same time. `call`: one untimed call of the timed callable
+itself ahead of each timed call (then the persisting-L2 reset, the sleep and the flush, as with
+`sleep`), so the GPU draws the call's own power between timed calls. `busy` and `call` are opt-in
+until the lane has measured them (docs/graders.md, "Capped clock"). The parent reads `KAUDIT_TIMING_HOLD` and hands the choice to the
 benchmark step as a parameter; the solution's environment never carries it.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-HOLD_KINDS = ("sleep", "busy")
+HOLD_KINDS = ("sleep", "busy", "call")
 HOLD_ENV = "KAUDIT_TIMING_HOLD"
 
 

@@ -355,13 +355,23 @@ class ColdL2Timer:
         start event, as do_bench clears its cache right before each call: the window opens on an L2
         that has just taken a full buffer write (its lines dirty), not on one that had the hold's
         idle time to settle after the flush. Otherwise the flush runs before the hold."""
+        if self.hold_kind == "call":
+            # the pacing call: untimed, it keeps the GPU at the call's own power between timed calls
+            # (a power-capped clock then sits where continuous load puts it). The device-wide sync
+            # puts the persisting-L2 reset after it: lines it marked persisting are reset and flushed
+            # before the window opens, as after any other call.
+            fn()
+            torch.cuda.synchronize(self.device)
         self.l2.reset()
         torch.cuda.synchronize(self.device)
         if not self.flush_in_queue:
             self.flush_buf.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
         self._hold(max(1, int(hold_ms * self.cycles_per_ms)))
+        # the enqueue the hold must cover starts once the hold is queued (the GPU runs the hold while
+        # the host queues the flush, the start event and the call): the hold's own launch is not part
+        # of it (before 2026-12-07 it was counted, and a 20-50 us launch jitter read as uncovered calls)
+        t0 = time.perf_counter()
         if self.flush_in_queue:
             self.flush_buf.zero_()
         start.record()

@@ -165,10 +165,12 @@ def test_a_capped_clock_extends_the_window_on_the_device(monkeypatch: pytest.Mon
 
 
 @pytest.mark.timing
-def test_the_busy_hold_times_like_the_sleep_on_an_uncapped_kernel() -> None:
-    """KAUDIT_TIMING_HOLD=busy on the device: the busy kernel stands in for the sleep (the timing
-    stats say which hold ran), and on a kernel far from the power cap (a 2048^2 bf16 GEMM) both holds
-    give the same figure within 5 %; both figures and duties are printed for the lane.
+def test_the_busy_and_call_holds_time_like_the_sleep_on_an_uncapped_kernel() -> None:
+    """KAUDIT_TIMING_HOLD=busy and =call on the device: the busy kernel or an untimed call of the
+    callable stands in for the sleep (the timing stats say which hold ran; the call hold calls the
+    callable twice per timed trial, the others once), and on a kernel far from the power cap (a
+    2048^2 bf16 GEMM) every hold gives the sleep's figure within 5 %; figures and duties are
+    printed for the lane.
 
     Each hold is measured from a device that has left any power cap: NVML's power figure is an
     average over about a second, so right after a capped test (the big GEMM above) the governor
@@ -191,16 +193,25 @@ def test_the_busy_hold_times_like_the_sleep_on_an_uncapped_kernel() -> None:
 
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
     got = {}
-    for hold in ("sleep", "busy"):
+    for hold in ("sleep", "busy", "call"):
         before = settled()
         print(f"hold={hold} before: sm_mhz={before.sm_mhz} power_w={before.power_w}")
         timer = ColdL2Timer(hold=hold)
-        stats = timer.measure(lambda: torch.mm(a, a), warmup=5, trials=200)
+        calls = [0]
+
+        def gemm(calls: list[int] = calls) -> torch.Tensor:
+            calls[0] += 1
+            return torch.mm(a, a)
+
+        stats = timer.measure(gemm, warmup=5, trials=200)
         assert stats.hold_kind == hold and stats.duty is not None and 0.0 < stats.duty <= 1.0
+        per_trial = 2 if hold == "call" else 1
+        assert calls[0] == 5 + ColdL2Timer.ESCAPE_TRIALS + per_trial * stats.trials, (hold, calls[0], stats.trials)
         got[hold] = stats.median_ms
         print(f"hold={hold} median_ms={stats.median_ms:.5f} duty={stats.duty:.3f} hold_ms={stats.hold_ms:.4f} "
               f"uncovered={stats.uncovered} {stats.clock.line()}")
     assert abs(got["busy"] / got["sleep"] - 1.0) < 0.05, got
+    assert abs(got["call"] / got["sleep"] - 1.0) < 0.05, got
 
 
 class _FixedClock:

@@ -163,11 +163,12 @@ def test_busy_fraction_is_the_timed_calls_share_of_the_phase() -> None:
     assert busy_fraction([1.0], float("nan")) is None
 
 
-def test_the_hold_kind_is_sleep_unless_busy_is_asked_and_anything_else_is_refused() -> None:
+def test_the_hold_kind_is_sleep_unless_busy_or_call_is_asked_and_anything_else_is_refused() -> None:
     from graders.hold import HOLD_ENV, hold_kind
 
     assert hold_kind({}) == "sleep" and hold_kind({HOLD_ENV: ""}) == "sleep"
     assert hold_kind({HOLD_ENV: " BUSY "}) == "busy" and hold_kind({HOLD_ENV: "sleep"}) == "sleep"
+    assert hold_kind({HOLD_ENV: "call"}) == "call"
     with pytest.raises(ValueError, match="KAUDIT_TIMING_HOLD='spin'"):
         hold_kind({HOLD_ENV: "spin"})
 
