@@ -15,4 +15,4 @@ export KAUDIT_REQUIRE_BROWSER=1   # the browser tests fail (never skip) without 
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy service ingest audit_rules graders
 echo "== alembic (sqlite + postgresql)"; python scripts/check_migrations.py
-echo "== pytest"; python -m pytest -n 2 -q --durations=15 "$@"
+echo "== pytest"; python -m pytest -n 2 --dist worksteal -q --durations=15 "$@"

@@ -67,6 +67,7 @@ def test_mode_is_validated_and_part_of_the_job(client: TestClient, svc: Services
     assert off.exit_code == 2 and "--mode official cannot grade tiny_gemm" in off.stderr
 
 
+@pytest.mark.backends("sqlite")  # a CPU regrade end to end: once, on one backend
 def test_a_cpu_job_in_both_modes_shows_its_fail_line_everywhere(client: TestClient, svc: Services,
                                                                env: dict[str, str], tmp_path: Path) -> None:
     from service.worker.engine import JobProcessor
@@ -131,6 +132,7 @@ def test_real_decks_import_and_check_finds_them_by_name(env: dict[str, str], tmp
     assert missing.exit_code == 2 and "no deck 'kbh-nope'" in missing.stderr and "kbh-hard-h100" in missing.stderr
 
 
+@pytest.mark.backends("sqlite")  # a CPU regrade end to end: once, on one backend
 def test_audit_regrade_mode_on_the_cli(svc: Services, env: dict[str, str], tmp_path: Path) -> None:
     svc.decks.import_dir(OFFICIAL_DECK / "problems", "tiny", harness=OFFICIAL_DECK / "src")
     tree = build_run_tree(tmp_path / "tree", run_id=RUN_ID, problem="tiny_gemm",
@@ -146,6 +148,7 @@ def test_audit_regrade_mode_on_the_cli(svc: Services, env: dict[str, str], tmp_p
     assert "hardened:" not in res.stdout  # official mode alone runs no hardened grader
 
 
+@pytest.mark.backends("postgresql")  # a CPU regrade end to end: once, on one backend
 def test_a_job_that_passes_after_a_failed_build_says_so_and_is_not_published(
         client: TestClient, svc: Services, env: dict[str, str], tmp_path: Path) -> None:
     """The solution's extension build fails on a missing header (real g++/ninja of this host), it

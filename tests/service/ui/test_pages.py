@@ -190,6 +190,7 @@ def test_build_matrix_keeps_publish_grade_apart() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.backends("sqlite")  # a CPU regrade end to end: once, on one backend
 def test_run_page_after_a_real_cpu_regrade(make_services: Any, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A real (CPU smoke) regrade through the worker: the chain gains its isolated-regrade step with
