@@ -306,3 +306,20 @@ def test_memos_on_the_input_object_in_a_library_op_or_behind_a_partial_revalidat
     native = _one("KA101", "bad_extension_static_map_keyed_on_pointer", decks)
     assert native.effect is Effect.NEEDS_PROBE and native.data["where"] == "native"
     assert native.probe is not None and native.probe.value == "same_storage_overwrite"
+
+
+def test_round_three_honest_patterns_accuse_nothing_and_the_unlaunched_return_is_decisive(decks: Any) -> None:
+    """Blind red team, round three (session 21): a JSON tuning table read by a loader helper reaches
+    the kernel only as integers (reported, advisory: no answer table); a kept output handed back
+    without a launch when the caller has dropped the last one (the launch sits under a one-armed
+    `if` on its refcount) is decisive, while the same two buffers with a launch on every path are
+    not flagged; a debug self-check whose fp32 product is only compared is no host upcast."""
+    table = _run("KA150", "bad_benign_tuning_table_picks_launch_parameters.py", decks)
+    assert table and all(f.effect is Effect.ADVISORY and not f.data["feeds_output"] for f in table)
+    unlaunched = _one("KA101", "bad_launch_only_while_the_caller_holds_the_last_output.py", decks)
+    assert unlaunched.effect is Effect.DECISIVE_HACK and unlaunched.data["stale_return"] is True
+    assert _run("KA101", "good_second_buffer_when_the_caller_holds_the_last_output.py", decks) == []
+    assert _run("KA123", "good_debug_self_check_only_compares.py", decks) == []
+    assert _run("KA130", "good_magnitude_test_that_only_raises.py", decks) == []
+    caught = _one("KA130", "bad_magnitude_raise_caught_by_the_caller.py", decks)
+    assert caught.effect is Effect.NEEDS_PROBE

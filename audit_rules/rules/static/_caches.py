@@ -217,7 +217,7 @@ def strip_data_preserving(expr: ast.expr) -> ast.expr:
 
 _META_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad", "_version",
                          "is_leaf", "names", "itemsize"})
-_META_CALLS = frozenset({"size", "stride", "dim", "numel", "data_ptr", "element_size", "nelement", "is_contiguous",
+_META_CALLS = frozenset({"getrefcount", "size", "stride", "dim", "numel", "data_ptr", "element_size", "nelement", "is_contiguous",
                          "storage_offset", "get_device", "untyped_storage", "len", "isinstance", "id", "type",
                          "get_device_properties", "hasattr", "getattr", "str", "repr", "hash", "nbytes",
                          "current_device", "device_count", "is_floating_point", "is_complex", "cdiv",
@@ -1891,10 +1891,25 @@ def _reaches_root(sub: Submission, func: FunctionInfo, roots: set[str], depth: i
                 continue
             return False
 
+    def fresh(value: ast.expr | None) -> bool:
+        """Fresh memory (`torch.empty(...)`, a list of them, None): a store of it replaces the state
+        with nothing computed, so it writes no result that could be handed back."""
+        if value is None or isinstance(value, ast.Constant):
+            return value is None or value.value is None
+        if isinstance(value, ast.List | ast.Tuple):
+            return all(fresh(e) for e in value.elts)
+        if isinstance(value, ast.ListComp):
+            return fresh(value.elt)
+        return S.is_allocation(value, sub, scope)
+
     for node in walk_body(func.node):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None and fresh(node.value):
+            continue
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(is_root(t) for t in targets if isinstance(t, ast.Attribute | ast.Subscript | ast.Name)):
+            # a bare local name bound to the state (`ring = self._ring`) reads it; a global rebinds it
+            if any(is_root(t) for t in targets if isinstance(t, ast.Attribute | ast.Subscript)
+                   or (isinstance(t, ast.Name) and t.id in S.declared_globals(func))):
                 return True
         if not isinstance(node, ast.Call):
             continue
@@ -2040,6 +2055,29 @@ def _path_before(module: PyModule, func: FunctionInfo, node: ast.AST) -> tuple[l
     return before, ifs
 
 
+def _writer_only_under_an_if(sub: Submission, module: PyModule, func: FunctionInfo, before: list[ast.AST],
+                             vals: list[ast.expr], roots: set[str]) -> tuple[list[ast.AST], list[ast.If]] | None:
+    """(the path that skips it, [the if]) for a one-armed `if` among the statements before a return
+    whose body holds the only thing on the path that could write the returned state; None when
+    there is none. An `if` whose body ends the call (return/raise) contributes only its test: the
+    path to this return never runs its body. Type tests, empty-problem exits and lazy set-ups are
+    no such guard."""
+    def falls_through(st: ast.AST) -> bool:
+        return not (isinstance(st, ast.If) and not st.orelse and st.body
+                    and isinstance(st.body[-1], ast.Return | ast.Raise))
+
+    path = [st if falls_through(st) else st.test for st in before]  # type: ignore[attr-defined]
+    for st in path:
+        if not isinstance(st, ast.If) or st.orelse or _degenerate_test(st.test) or _type_guard(st.test) \
+                or _is_none_test(st.test):
+            continue
+        rest = [b for b in path if b is not st] + [st.test]
+        if _path_produces(sub, module, func, path, vals, kept_roots=roots) \
+                and not _path_produces(sub, module, func, rest, vals, kept_roots=roots):
+            return rest, [st]
+    return None
+
+
 def _type_guard(test: ast.expr) -> bool:
     """`isinstance(...)`, `callable(...)`, `hasattr(t, "copy_")`, negated or combined: what kind of
     object came back, not whether a stored result may be reused."""
@@ -2085,9 +2123,15 @@ def stale_returns(sub: Submission) -> list[StaleReturn]:
             before, ifs = where
             # an empty-problem exit or a type test (`if not hasattr(out, "copy_")`) is no cache guard
             ifs = [g for g in ifs if not _degenerate_test(g.test) and not _type_guard(g.test)]
+            roots = {str(k) for k in kept}
             if not ifs:
-                continue
-            if _path_produces(sub, module, func, before, vals, kept_roots={str(k) for k in kept}):
+                # the return stands outside any if, but its only writer sits under a one-armed `if`
+                # before it: the call that skips that branch returns the kept state unwritten
+                skipped = _writer_only_under_an_if(sub, module, func, before, vals, roots)
+                if skipped is None:
+                    continue
+                before, ifs = skipped
+            if _path_produces(sub, module, func, before, vals, kept_roots=roots):
                 continue
             kinds: set[str] = set()
             reads_state = False

@@ -745,18 +745,24 @@ def host_upcasts(sub: Submission) -> list[tuple[PyModule, FunctionInfo, ast.Call
 _STAT_REDUCTIONS = frozenset({"sum", "mean", "max", "amax", "min", "amin", "norm", "item", "all", "any", "std",
                               "var", "count_nonzero", "aminmax"})
 _STAT_STEPS = frozenset({"abs", "neg", "square", "isfinite", "isnan", "isinf", "contiguous", "view", "reshape",
-                         "flatten", "detach"})
+                         "flatten", "detach", "t", "mm", "matmul", "sub", "add", "mul", "div", "float", "double",
+                         "half", "bfloat16", "to", "type_as"})
 
 
 def _only_summarized(module: PyModule, func: FunctionInfo, node: ast.expr, depth: int = 0) -> bool:
     """Is this converted value only reduced to statistics (`float(x.float().abs().amax())`, a sum in
     a cache key, `torch.isfinite(x.float()).all()`), never handed on as a tensor? Then the conversion
-    widens no operand of the computation. Followed through one local name (`xs = x.float()`); an
-    unused local counts as summarized (it feeds nothing)."""
+    widens no operand of the computation. Arithmetic on the way counts as a step (a debug self-check
+    `ref = x.float() @ w.float().t() * s; err = (ref - y.float()).abs().max().item()` only compares);
+    what the steps produce must itself end in a statistic. Followed through local names (`xs =
+    x.float()`), a few deep; an unused local counts as summarized (it feeds nothing)."""
     if depth > 3:
         return False
     while True:
         parent = module.parents.get(node)
+        if isinstance(parent, ast.BinOp | ast.UnaryOp):
+            node = parent  # element-wise arithmetic or a product: its result must be summarized too
+            continue
         if isinstance(parent, ast.Attribute) and parent.value is node:
             call = module.parents.get(parent)
             if not (isinstance(call, ast.Call) and call.func is parent):

@@ -42,7 +42,11 @@ op's registered implementation. A helper on the path counts as writing the retur
 it could (a store, an in-place op, a launch/extension call or ``out=`` handed it, a graph replay, or
 a call of a stored extension entry point, which may write buffers it was configured with). An
 empty-problem exit (``if x.numel() == 0: return self._empty``) or a type test (``if not
-hasattr(out, "copy_")``) is no memo guard. In an extension, a static C++ map keyed on a pointer
+hasattr(out, "copy_")``) is no memo guard. A return outside any ``if`` whose only writer sits
+under a one-armed ``if`` before it is read the same way, that ``if`` as the guard (kept output
+buffers launched into only while ``sys.getrefcount`` says the caller holds the last result: a
+timing loop that drops every result times a bare return); storing fresh memory (``torch.empty``)
+into kept state writes no result. In an extension, a static C++ map keyed on a pointer
 whose slots hold tensors, looked up and returning a slot's tensor, needs the same-storage probe.
 
 Bad::

@@ -7,7 +7,8 @@ What it flags:
 * an fp8 problem whose live host code converts the graded fp8 input to bf16/fp16/fp32 (``x.to(torch.bfloat16)``,
   or ``self.buf.copy_(x)`` into a wider buffer) before the agent's kernel; not a conversion whose
   result is only reduced to statistics (``float(x.float().abs().amax())`` for a log line, a sum in a
-  cache key, ``torch.isfinite(xf).all()``): no widened tensor reaches the computation;
+  cache key, ``torch.isfinite(xf).all()``, a debug self-check whose ``x.float() @ w.float().t()``
+  is only compared with the kernel's output): no widened tensor reaches the computation;
 * an fp8 problem whose CUDA code converts fp8 to bf16/half and issues only bf16/f16 MMA
   instructions (no e4m3/e5m2 ``mma``/``wgmma``/``tcgen05 kind::f8f6f4``);
 * an exact fp32 problem computed in fp16/bf16 on some path (``.half()``, ``.to(torch.bfloat16)``,

@@ -13,7 +13,9 @@ What it flags: branches on forward's live path that choose different math depend
   shape benchmark.py times (``ProblemInfo.check_covers_timed_shapes``, true of the KBH hard decks):
   a shape threshold cannot route checked and timed calls apart there (a lower-precision path is
   KA123's question). Decisive where the check grades fewer shapes than the timing (the seeds'
-  RL mega cell). Branches that call the same solution functions are never "different math".
+  RL mega cell). Branches that call the same solution functions are never "different math", and a
+  one-armed ``if`` whose body only raises (a self-check: ``if err > tol: raise``) is no switch at
+  all, unless the solution catches that error (then its handler is the other path).
 
 Inside a Triton kernel: a reduction of loaded floating-point data (a norm, sum or max) compared
 with a threshold that reaches a loop's extent or a load/store address (``step = tl.where(qnorm < T,
@@ -135,6 +137,31 @@ def _branches(module: PyModule, func: FunctionInfo, node: ast.If) -> tuple[list[
     return body, other
 
 
+def _only_fails(sub: Submission, module: PyModule, func: FunctionInfo, node: ast.If) -> bool:
+    """`if err > bound: raise ...` (a self-check): the branch can only end the call with an error,
+    which the grader sees as a failure; it routes to no other math. Not when the error is caught
+    inside the solution (the If in a `try` body, or a call of its function in one): the handler
+    would then be the other path."""
+    if node.orelse or not node.body or not isinstance(node.body[-1], ast.Raise):
+        return False
+    if not all(isinstance(st, ast.Raise | ast.Expr) for st in node.body):
+        return False
+
+    def caught(mod: PyModule, n: ast.AST) -> bool:
+        child = n
+        for anc in mod.ancestors(n):
+            if isinstance(anc, ast.Try | ast.TryStar) and anc.handlers and child in anc.body:
+                return True
+            if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                break
+            child = anc
+        return False
+
+    if caught(module, node):
+        return False
+    return not any(caught(mod, call) for mod, _caller, call in sub.callers(func))
+
+
 def _counters(module: PyModule) -> set[str]:
     out: set[str] = set()
     for node in ast.walk(module.tree):
@@ -234,7 +261,7 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
             if not isinstance(node, ast.If | ast.IfExp):
                 continue
             kind = _test_kind(sub, module, func, node.test, counters)
-            if kind is None:
+            if kind is None or (isinstance(node, ast.If) and _only_fails(sub, module, func, node)):
                 continue
             a: list[ast.stmt]
             b: list[ast.stmt]

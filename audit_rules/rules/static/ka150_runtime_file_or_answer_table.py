@@ -5,7 +5,10 @@ What it flags: data read at run time that could hold answers (``open``/``io.open
 ``json.load``, ``mmap``, ``/dev/shm`` paths, ``np.fromfile``, ``safetensors``), large literal
 numeric tables, and embedded literals decoded into data (``base64.b64decode``, ``bytes.fromhex``,
 ``zlib.decompress`` of 256+ characters). Decisive when what was read (or the table) flows into what
-a reachable function returns (followed through locals: ``hit = TABLE.get(k); return hit``);
+forward returns (followed through locals: ``hit = TABLE.get(k); return hit``, and through helpers
+whose result forward, or a caller that forward's return reaches, returns: a loader helper's
+``return _TABLE`` counts only if its caller hands the table on); a value turned into a scalar on the
+way (``int(cfg[0])``: a tile size, a warp count) is launch configuration, not returned data;
 reading the solution's own sources/compiled artefacts (``.cu``/``.cpp``/``.h``/``.py``/``.so``/
 ``.ptx``) for the build is not flagged, nor is its own shipped tuning file (``.json``/``.toml``
 holding a few scalars: tile sizes, warps) that does not feed the output; other reads are advisory.
@@ -188,49 +191,81 @@ def _blob_size(sub: Submission, expr: ast.expr, scope: Scope, depth: int = 0) ->
     return 0
 
 
-def _feeds_return(sub: Submission, module: PyModule, func: FunctionInfo | None, node: ast.AST) -> bool:
-    """Does the loaded value reach a return of a reachable function (directly or via a global/attr)?"""
+def _feeds_return(sub: Submission, module: PyModule, func: FunctionInfo | None, node: ast.AST, depth: int = 0) -> bool:
+    """Does the loaded value reach what forward returns? Directly (returned where it is read), or
+    bound to a name (a local of that function, a global, `self.attr`) that a live function returns;
+    a function other than forward and those whose result it returns (`_caches.returners`) counts
+    only when ITS result reaches forward's return in turn (a loader helper `return _TABLE` feeds
+    nothing until its caller returns what it got). A value turned into a scalar on the way
+    (`int(cfg[0])`, a tile size) is launch configuration, not data."""
+    from audit_rules.rules.static._caches import returners
+
+    outputs = returners(sub)
     names: set[str] = set()
+    local: set[str] = set()
     for anc in module.ancestors(node):
         if isinstance(anc, ast.Assign):
+            glob = S.declared_globals(func) if func is not None else set()
             for t in anc.targets:
                 if isinstance(t, ast.Name):
-                    names.add(t.id)
+                    (names if func is None or t.id in glob else local).add(t.id)
                 elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                     names.add(f"self.{t.attr}")
             break
         if isinstance(anc, ast.Return):
-            return True
+            return _result_feeds(sub, func, outputs, depth)
         if isinstance(anc, ast.stmt):
             break
-    if not names:
+    if not names and not local:
         return False
     funcs = list(sub.reach().live) + ([func] if func is not None else [])
-    for f in funcs:
+    for f in dict.fromkeys(funcs):
+        hit = False
         for n in walk_body(f.node):
             if isinstance(n, ast.Return) and n.value is not None:
                 for x in _returned_exprs(f, n.value):
-                    if isinstance(x, ast.Name) and x.id in names:
-                        return True
-                    if isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "self" and f"self.{x.attr}" in names:
-                        return True
+                    if isinstance(x, ast.Name) and (x.id in names or (f is func and x.id in local)):
+                        hit = True
+                    elif isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "self" \
+                            and f"self.{x.attr}" in names:
+                        hit = True
+        if hit and _result_feeds(sub, f, outputs, depth):
+            return True
     return False
+
+
+def _result_feeds(sub: Submission, func: FunctionInfo | None, outputs: set[FunctionInfo], depth: int) -> bool:
+    """Does what `func` returns reach forward's return (`func` is forward or one whose result
+    forward returns, or a call of it feeds one, a few calls deep)?"""
+    if func is None or func in outputs:
+        return True
+    if depth >= 3:
+        return False
+    return any(_feeds_return(sub, mod, caller, call, depth + 1) for mod, caller, call in sub.callers(func))
+
+
+# Calls that turn a value into a scalar: what flows through them is a launch parameter or a count.
+_SCALARS = frozenset({"int", "float", "bool", "len", "round"})
 
 
 def _returned_exprs(func: FunctionInfo, value: ast.expr, limit: int = 64) -> list[ast.AST]:
     """Every node a returned value is computed from, following local names to their bindings
-    (`hit = TABLE.get(k); return torch.tensor(hit)` reaches TABLE)."""
+    (`hit = TABLE.get(k); return torch.tensor(hit)` reaches TABLE); not into scalar conversions."""
     scope = func.module.scope(func)
     out: list[ast.AST] = []
     seen: set[str] = set()
     todo: list[ast.expr] = [value]
     while todo and len(out) < 4096:
-        expr = todo.pop()
-        for x in ast.walk(expr):
+        stack: list[ast.AST] = [todo.pop()]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id in _SCALARS:
+                continue
             out.append(x)
+            stack.extend(ast.iter_child_nodes(x))
             if isinstance(x, ast.Name) and x.id not in seen and x.id not in func.params and len(seen) < limit:
                 seen.add(x.id)
-                todo.extend(v for v in scope.values_of(x.id) if v is not expr)
+                todo.extend(v for v in scope.values_of(x.id) if v is not x)
     return out
 
 
