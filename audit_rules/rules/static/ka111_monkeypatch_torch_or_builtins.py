@@ -9,6 +9,11 @@ anything under ``torch.*`` (other than the numerics flags KA110 covers), ``torch
 or decorator. Configuration data is not the grader's surface and is not flagged:
 ``torch._dynamo.config.*`` / ``torch._inductor.config.*`` and ``CUDA_HOME``-style module constants.
 
+Also flagged (decisive): writes into the deck's own module objects that the grader reads in the
+solution's process (``_deck_state``): a shape popped from ``shapes.SHAPES``, a shape dict's M
+padded through a shallow copy of the table, a deck module's attribute rebound. Reading them (a
+warm-up over every graded shape) is not flagged.
+
 Why it matters: the checker compares with ``torch.allclose``/``torch.testing`` and the benchmark
 times with ``torch.cuda.Event`` and ``synchronize``; replacing any of them from the solution's
 import rewrites the grader from the inside. There is no benign reason for a kernel to do it: the
@@ -38,6 +43,7 @@ from collections.abc import Iterable
 
 from audit_rules.base import AuditContext, Effect, Finding, RuleKind, RuleMeta, Severity
 from audit_rules.rules.static import _support as S
+from audit_rules.rules.static._deck_state import deck_writes
 from audit_rules.rules.static.ka110_global_torch_state_change import (
     NUMERIC_FLAGS,
     PERF_FLAGS,
@@ -179,4 +185,18 @@ def check(ctx: AuditContext) -> Iterable[Finding]:
                     data={"topic": "global_state", "patched": name},
                 )
             )
+    for w in deck_writes(sub):
+        out.append(
+            S.py_finding(
+                RULE,
+                w.module,
+                w.node,
+                f"The solution writes into the deck's own module objects (`{w.what}`"
+                + (" at import" if w.func is None else f" in {w.func.name}")
+                + "): check.py and benchmark.py read those objects (the shape table, the FLOP and byte "
+                "formulas evaluated on each shape) in the solution's process, so the grade is taken over "
+                "what the solution left there.",
+                data={"topic": "global_state", "patched": w.what, "deck_module_write": True},
+            )
+        )
     return S.dedupe(out)
