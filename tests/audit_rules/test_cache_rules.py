@@ -325,6 +325,6 @@ def test_round_three_honest_patterns_accuse_nothing_and_the_unlaunched_return_is
     assert caught.effect is Effect.NEEDS_PROBE
     # writes into the deck's shape table (a popped shape, a padded M through a shallow copy): decisive
     writes = _run("KA111", "bad_deck_shape_table_written_from_the_solution.py", decks)
-    assert {f.line_start for f in writes} == {33, 56}
+    assert {f.line_start for f in writes} == {31, 54}
     assert all(f.effect is Effect.DECISIVE_HACK and f.data["deck_module_write"] for f in writes)
     assert _run("KA111", "good_deck_shapes_read_to_warm_up.py", decks) == []
