@@ -332,7 +332,7 @@ def _traced_to_input(sub: Submission, func: FunctionInfo, param: str, depth: int
     for module, caller, call in sub.callers(func):
         if caller is None:
             continue
-        arg = _passed_for(func, param, call)
+        arg = passed_for(func, param, call)
         if arg is None:
             continue
         p, _ = data_roots(arg, module.scope(caller))
@@ -343,7 +343,7 @@ def _traced_to_input(sub: Submission, func: FunctionInfo, param: str, depth: int
     return res
 
 
-def _passed_for(func: FunctionInfo, param: str, call: ast.Call) -> ast.expr | None:
+def passed_for(func: FunctionInfo, param: str, call: ast.Call) -> ast.expr | None:
     """What a call site passes for `param`: its keyword, else its position (`self`/`cls` not
     counted); None when it passes neither, or when a `*args` before it hides the position."""
     params = func.params
@@ -374,7 +374,7 @@ def param_carries_data(sub: Submission, func: FunctionInfo, param: str, depth: i
     seen = False
     res = False
     for module, caller, call in sub.callers(func):
-        arg = _passed_for(func, param, call)
+        arg = passed_for(func, param, call)
         if arg is None:
             continue
         seen = True
@@ -544,7 +544,12 @@ def _decorator_wrappers(sub: Submission, func: FunctionInfo) -> list[FunctionInf
 
 
 def returners(sub: Submission) -> set[FunctionInfo]:
-    """Entry points and the functions whose result they return directly (``return self._run(x)``)."""
+    """Entry points and the functions whose result they return directly (``return self._run(x)``).
+    Computed once per submission (callers read it, never change it)."""
+    key = f"{_MEMO_KEY}returners"
+    hit = sub._memo.get(key)
+    if isinstance(hit, set):
+        return hit
     out: set[FunctionInfo] = set()
     stack = list(sub.reach().entries)
     while stack:
@@ -566,6 +571,7 @@ def returners(sub: Submission) -> set[FunctionInfo]:
                             targets = sub.resolve_functions(v2.func, scope) or factory_closures(sub, v2.func, scope)
                             for t in targets:
                                 stack.extend(w for w in [t, *_decorator_wrappers(sub, t)] if w not in out)
+    sub._memo[key] = out
     return out
 
 
@@ -2067,13 +2073,14 @@ def _writer_only_under_an_if(sub: Submission, module: PyModule, func: FunctionIn
                     and isinstance(st.body[-1], ast.Return | ast.Raise))
 
     path = [st if falls_through(st) else st.test for st in before]  # type: ignore[attr-defined]
+    if not _path_produces(sub, module, func, path, vals, kept_roots=roots):
+        return None  # nothing on the path writes it at all: no branch holds the only writer
     for st in path:
         if not isinstance(st, ast.If) or st.orelse or _degenerate_test(st.test) or _type_guard(st.test) \
                 or _is_none_test(st.test):
             continue
         rest = [b for b in path if b is not st] + [st.test]
-        if _path_produces(sub, module, func, path, vals, kept_roots=roots) \
-                and not _path_produces(sub, module, func, rest, vals, kept_roots=roots):
+        if not _path_produces(sub, module, func, rest, vals, kept_roots=roots):
             return rest, [st]
     return None
 
@@ -2126,12 +2133,13 @@ def stale_returns(sub: Submission) -> list[StaleReturn]:
             roots = {str(k) for k in kept}
             if not ifs:
                 # the return stands outside any if, but its only writer sits under a one-armed `if`
-                # before it: the call that skips that branch returns the kept state unwritten
+                # before it: the call that skips that branch returns the kept state unwritten (the
+                # path found writes nothing, by construction)
                 skipped = _writer_only_under_an_if(sub, module, func, before, vals, roots)
                 if skipped is None:
                     continue
                 before, ifs = skipped
-            if _path_produces(sub, module, func, before, vals, kept_roots=roots):
+            elif _path_produces(sub, module, func, before, vals, kept_roots=roots):
                 continue
             kinds: set[str] = set()
             reads_state = False

@@ -59,6 +59,8 @@ class _Taint:
         self.names: dict[tuple[str, str | None, str], set[str]] = {}  # (module path, function, name) -> kinds
         self.returns: dict[str, set[str]] = {}  # function qualname -> kinds its returns hold
         self.units: list[tuple[PyModule, FunctionInfo | None, list[ast.AST]]] = []
+        # per function: the names it binds itself (its locals), its parameters included
+        self.locals: dict[int, set[str]] = {}
         seen: set[int] = set()
         for module in sub.modules.values():
             if id(module) in seen:
@@ -66,14 +68,14 @@ class _Taint:
             seen.add(id(module))
             self.units.append((module, None, list(walk_body(module.tree))))
             for func in dict.fromkeys(module.functions.values()):
-                self.units.append((module, func, list(walk_body(func.node))))
+                body = list(walk_body(func.node))
+                self.units.append((module, func, body))
+                stored = {n.id for n in body if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+                self.locals[id(func)] = (stored - S.declared_globals(func)) | set(func.params)
 
     # ---------------------------------------------------------------- reading an expression
     def _key(self, module: PyModule, func: FunctionInfo | None, name: str) -> tuple[str, str | None, str]:
-        if func is not None and name not in S.declared_globals(func) and any(
-                isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in walk_body(func.node)):
-            return (module.path, func.name, name)
-        if func is not None and name in func.params:
+        if func is not None and name in self.locals[id(func)]:
             return (module.path, func.name, name)
         return (module.path, None, name)
 
@@ -181,8 +183,7 @@ class _Taint:
     # ---------------------------------------------------------------- the writes
     def writes(self) -> list[DeckWrite]:
         self._solve()
-        found: dict[int, DeckWrite] = {}
-        out = _Writes(found)
+        found: dict[int, DeckWrite] = {}  # once per node (a unit may be reached through two names)
         for module, func, nodes in self.units:
             for n in nodes:
                 targets: list[ast.expr] = []
@@ -194,20 +195,10 @@ class _Taint:
                     targets = list(n.targets)
                 for t in targets:
                     if isinstance(t, ast.Subscript) and _OBJ in self.kinds(module, func, t.value):
-                        out.append(DeckWrite(module, func, n, module.segment(t)))
+                        found.setdefault(id(n), DeckWrite(module, func, n, module.segment(t)))
                     elif isinstance(t, ast.Attribute) and self.kinds(module, func, t.value) & {_MOD, _OBJ}:
-                        out.append(DeckWrite(module, func, n, module.segment(t)))
+                        found.setdefault(id(n), DeckWrite(module, func, n, module.segment(t)))
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and S.call_name(n) in _MUTATORS \
                         and _OBJ in self.kinds(module, func, n.func.value):
-                    out.append(DeckWrite(module, func, n, module.segment(n.func)))
+                    found.setdefault(id(n), DeckWrite(module, func, n, module.segment(n.func)))
         return list(found.values())
-
-
-class _Writes:
-    """Collects writes once per node (a unit may be reached through two names)."""
-
-    def __init__(self, found: dict[int, DeckWrite]) -> None:
-        self.found = found
-
-    def append(self, w: DeckWrite) -> None:
-        self.found.setdefault(id(w.node), w)

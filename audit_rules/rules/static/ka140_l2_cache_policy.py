@@ -58,6 +58,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from audit_rules.base import AuditContext, Effect, Finding, Probe, RuleKind, RuleMeta, Severity
+from audit_rules.rules.static import _caches
 from audit_rules.rules.static import _support as S
 from audit_rules.rules.static._native_flow import Flow
 from audit_rules.source_model import FunctionInfo, NativeSource, Scope, Submission, self_attr_class, walk_body
@@ -708,13 +709,16 @@ def _helper_grid(sub: Submission, call: ast.Call, scope: Scope, depth: int) -> l
     if elems is None:
         return None
     a = helper.node.args
-    positional = [x.arg for x in a.posonlyargs + a.args]
-    if helper.cls and isinstance(call.func, ast.Attribute) and positional:
-        positional = positional[1:]  # `self._grid(...)`: the receiver is not among the call's arguments
-    bound: dict[str, ast.expr] = dict(zip(positional, call.args, strict=False))
-    bound.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
-    for name, default in _defaults(helper.node).items():
-        bound.setdefault(name, default)
+    bound: dict[str, ast.expr] = {}
+    keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg is not None}
+    for param in [x.arg for x in a.posonlyargs + a.args]:
+        value = _caches.passed_for(helper, param, call) or _default_of(helper, param)
+        if value is not None:
+            bound[param] = value
+    for param in [x.arg for x in a.kwonlyargs]:  # by keyword only
+        value = keywords.get(param) or _default_of(helper, param)
+        if value is not None:
+            bound[param] = value
     locals_ = set(helper.params) | {t.id for n in walk_body(helper.node) if isinstance(n, ast.Assign)
                                      for t in n.targets if isinstance(t, ast.Name)}
     out: list[ast.expr] = []
@@ -723,14 +727,6 @@ def _helper_grid(sub: Submission, call: ast.Call, scope: Scope, depth: int) -> l
         if any(isinstance(n, ast.Name) and n.id in locals_ and getattr(n, "_helper", False) for n in ast.walk(new)):
             return None  # a local of the helper the caller's scope cannot read
         out.append(new)
-    return out
-
-
-def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
-    a = fn.args
-    positional = a.posonlyargs + a.args
-    out = {x.arg: d for x, d in zip(positional[len(positional) - len(a.defaults):], a.defaults, strict=True)}
-    out.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
     return out
 
 
